@@ -1,0 +1,11 @@
+"""Schedule builders, one file per algorithm; importing this package registers the built-ins.
+
+Public API: `names(collective)`, `build(name, collective=..., world_size=..., count=..., **params)`,
+`register(name, collectives)` (decorator for your own builders), `info(name)`.
+"""
+
+from collectives.registry import AlgorithmInfo, build, info, names, register
+
+from . import ring  # noqa: F401  (registers)
+
+__all__ = ["AlgorithmInfo", "build", "info", "names", "register"]

@@ -1,0 +1,47 @@
+"""collectives: collective communication for Python.
+
+Every algorithm is written once, as a schedule (collectives.algorithms); the verifier proves it, the emulator
+runs it over numpy buffers, the simulator times it on modelled clusters and the MPI transport runs it for real.
+Importing this package never initialises MPI.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from .errors import CollectivesError, ScheduleError
+
+__version__ = "0.1.0"
+
+# Public names resolved on first use, so `import collectives` stays cheap (no numba, no MPI).
+_LAZY = {
+    "verify": ("collectives.verify", "verify"),
+    "VerifyReport": ("collectives.verify", "VerifyReport"),
+    "emulate": ("collectives.emulate", "emulate"),
+    "algorithms": ("collectives.algorithms", None),
+    "kernels": ("collectives.kernels", None),
+    "schedule": ("collectives.schedule", None),
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        mod = importlib.import_module(module)
+        value = mod if attr is None else getattr(mod, attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'collectives' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + list(_LAZY))
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from . import algorithms, kernels, schedule  # noqa: F401
+    from .emulate import emulate  # noqa: F401
+    from .verify import VerifyReport, verify  # noqa: F401
+
+__all__ = ["CollectivesError", "ScheduleError", "__version__", *_LAZY]

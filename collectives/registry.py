@@ -1,0 +1,102 @@
+"""The algorithm registry: name -> schedule builder, and the one `build` entry point.
+
+Built-in builders live in algorithms/ (installed as collectives.algorithms), one file each, and register
+themselves with `@register`. A researcher's own module registers the same way, or through the entry-point group
+`collectives.algorithms` (an entry point naming a module is imported; its decorators do the rest).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+
+from .schedule import Schedule
+from .schedule.collective import COLLECTIVES, ROOTED, check_collective
+
+Builder = Callable[..., Schedule]
+
+
+@dataclass(frozen=True)
+class AlgorithmInfo:
+    name: str
+    collectives: tuple[str, ...]
+    builder: Builder
+    summary: str
+    needs_topology: bool = False
+
+
+_REGISTRY: dict[str, AlgorithmInfo] = {}
+_entry_points_loaded = False
+
+
+def register(name: str, collectives: tuple[str, ...] | list[str], *, summary: str = "",
+             needs_topology: bool = False, replace: bool = False) -> Callable[[Builder], Builder]:
+    """Decorator: register `builder(collective, world_size, count, *, root, topology, **params)` as `name`."""
+    for c in collectives:
+        check_collective(c)
+
+    def deco(builder: Builder) -> Builder:
+        if name in _REGISTRY and not replace and _REGISTRY[name].builder is not builder:
+            raise ValueError(f"algorithm {name!r} is already registered; pass replace=True to override it")
+        doc = (builder.__doc__ or "").strip().splitlines()
+        _REGISTRY[name] = AlgorithmInfo(name, tuple(collectives), builder, summary or (doc[0] if doc else ""),
+                                        needs_topology)
+        return builder
+
+    return deco
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    for ep in entry_points(group="collectives.algorithms"):
+        importlib.import_module(ep.value.split(":")[0])
+
+
+def info(name: str) -> AlgorithmInfo:
+    _load_entry_points()
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown algorithm {name!r}; valid algorithms: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[name]
+
+
+def names(collective: str | None = None) -> list[str]:
+    """Registered algorithm names, optionally only those that implement `collective`."""
+    _load_entry_points()
+    if collective is not None:
+        check_collective(collective)
+    return sorted(n for n, a in _REGISTRY.items() if collective is None or collective in a.collectives)
+
+
+def build(name: str, *, collective: str = "allreduce", world_size: int, count: int, root: int | None = None,
+          topology=None, **params) -> Schedule:
+    """Build the schedule of algorithm `name` for `collective` over `world_size` ranks.
+
+    `count` is always the element count of each rank's input buffer (reduce_scatter: p*k in, k out;
+    allgather: k in, p*k out). Raises ValueError naming the valid choices on an unknown name or collective.
+    """
+    check_collective(collective)
+    algo = info(name)
+    if collective not in algo.collectives:
+        raise ValueError(f"algorithm {name!r} does not implement {collective}; it implements "
+                         f"{', '.join(algo.collectives)}; algorithms for {collective}: {', '.join(names(collective))}")
+    if collective in ROOTED and root is None:
+        root = 0
+    if collective not in ROOTED and root is not None:
+        raise ValueError(f"{collective} takes no root (got root={root})")
+    if algo.needs_topology and topology is None:
+        raise ValueError(f"algorithm {name!r} needs a topology: pass topology=collectives.topology.preset(...) "
+                         "or collectives.topology.cluster(...)")
+    kwargs = dict(params)
+    if topology is not None:
+        kwargs["topology"] = topology
+    schedule = algo.builder(collective, world_size, count, root=root, **kwargs)
+    schedule.params = {**params, **schedule.params}
+    return schedule
+
+
+__all__ = ["AlgorithmInfo", "COLLECTIVES", "build", "info", "names", "register"]

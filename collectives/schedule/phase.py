@@ -1,0 +1,122 @@
+"""Phases, rounds and slots: an algorithm's communication pattern as functions of the member index.
+
+A phase runs the same pattern side by side in several *groups* of nodes (every NVLink domain at once, every
+rail at once, or one group holding all ranks). Within a group, nodes are *members* 0..M-1. A phase is a list of
+rounds; a `Round` is one pattern repeated `repeats` times, and its `slots(m, it)` function says, for member `m`
+at iteration `it`, which messages it sends and receives. The function must work on Python ints and on numpy
+arrays alike (broadcasting m against it):
+
+* called with one member and `it = np.arange(repeats)`, it yields that member's whole part of the phase
+  (how `Schedule.program(node)` builds one node's program in time linear in its own operations);
+* called with `m = np.arange(M)` and one iteration, it yields the whole round at once (how the analytic
+  simulator costs 331,776 ranks without expanding every program).
+
+Each `Slot` is one lane: a kind (send, receive-store, receive-reduce), a peer member index (-1 where the slot
+is idle for that member and iteration) and a range of chunks [chunk, chunk + nchunks) of the phase's
+`ChunkTable`. Both ends of every message must describe it: the verifier proves they agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .chunks import ChunkTable
+from .ops import OpKind
+
+
+@dataclass(frozen=True)
+class Slot:
+    kind: OpKind
+    peer: object  # int or integer array: member index of the peer, -1 = idle
+    chunk: object  # int or integer array: first chunk
+    nchunks: object = 1  # int or integer array: number of consecutive chunks
+
+
+def send(peer, chunk, nchunks=1) -> Slot:
+    return Slot(OpKind.SEND, peer, chunk, nchunks)
+
+
+def recv(peer, chunk, nchunks=1) -> Slot:
+    return Slot(OpKind.RECV, peer, chunk, nchunks)
+
+
+def recv_reduce(peer, chunk, nchunks=1) -> Slot:
+    return Slot(OpKind.RECV_REDUCE, peer, chunk, nchunks)
+
+
+SlotFunction = Callable[[object, object], Sequence[Slot]]
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round pattern, repeated `repeats` times (iteration `it` runs in phase round `it`).
+
+    `uniform` promises that every iteration moves equally sized chunks over the same pattern of peers up to
+    relabelling, so a simulator may cost iteration 0 and multiply (ring steps are uniform; the fill and drain
+    of a pipelined tree are not).
+    """
+
+    slots: SlotFunction
+    repeats: int = 1
+    uniform: bool = False
+    name: str = ""
+
+
+@dataclass
+class Phase:
+    """A set of groups running the same rounds over their own chunk table.
+
+    `groups` is a (G, M) array of node ids (-1 pads a missing member); a node belongs to at most one group of
+    a phase. `chunks` gives each group its element range and chunk count.
+    """
+
+    name: str
+    groups: np.ndarray
+    chunks: ChunkTable
+    rounds: list[Round]
+    _where: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.groups = np.atleast_2d(np.asarray(self.groups, dtype=np.int64))
+        for r in self.rounds:
+            if r.repeats < 0:
+                raise ValueError(f"phase {self.name!r}: a round cannot repeat {r.repeats} times")
+
+    @property
+    def num_rounds(self) -> int:
+        return sum(r.repeats for r in self.rounds)
+
+    @property
+    def group_size(self) -> int:
+        return int(self.groups.shape[1])
+
+    def locate(self, node: int) -> tuple[int, int] | None:
+        """(group, member) of `node` in this phase, or None if it takes no part."""
+        if not self._where:
+            flat = self.groups.ravel()
+            valid = flat >= 0
+            if np.unique(flat[valid]).size != int(valid.sum()):
+                raise ValueError(f"phase {self.name!r}: a node appears in more than one group slot")
+            idx = np.flatnonzero(valid)
+            self._where["nodes"] = flat[valid]
+            self._where["index"] = idx
+            order = np.argsort(flat[valid], kind="stable")
+            self._where["sorted_nodes"] = flat[valid][order]
+            self._where["sorted_index"] = idx[order]
+        sn = self._where["sorted_nodes"]
+        pos = int(np.searchsorted(sn, node))
+        if pos >= sn.size or sn[pos] != node:
+            return None
+        g, m = divmod(int(self._where["sorted_index"][pos]), self.group_size)
+        return g, m
+
+
+def evaluate_slot(slot: Slot, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Broadcast a slot's peer, chunk and nchunks to `shape` as int64 arrays."""
+    peer = np.broadcast_to(np.asarray(slot.peer, dtype=np.int64), shape)
+    chunk = np.broadcast_to(np.asarray(slot.chunk, dtype=np.int64), shape)
+    nchunks = np.broadcast_to(np.asarray(slot.nchunks, dtype=np.int64), shape)
+    return peer, chunk, nchunks

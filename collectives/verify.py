@@ -1,0 +1,421 @@
+"""The symbolic verifier: proves a schedule correct for its world size and count, or names what is wrong.
+
+It expands every node's program and checks, in order:
+
+1. every operation is well formed (peer exists and is not the node itself, range inside the work buffer);
+2. every send meets exactly one receive of the same elements on the peer *in the same round*, matched in
+   program order per (sender, receiver) pair as MPI matches messages. Same-round matching is the IR's
+   contract and is what makes the transport's blocking order deadlock-free: a node posts all operations of a
+   round and waits for them, and every partner posts the matching operation in that same round. When the
+   rounds of a send and its receive differ, the verifier replays the blocking order to tell a deadlock (and
+   its cycle) from a merely misaligned pair;
+3. symbolic execution: every element of every node carries the set of ranks whose input it holds (a bitset,
+   plus an "undefined" bit for never-written memory). A store copies the set, a reduce unites the sets and
+   fails on an overlap (a contribution counted twice) or undefined data. At the end each rank's output range
+   must hold exactly the contract's sets: all ranks for reductions, rank q's own data in block q for
+   allgather, the root's data for broadcast.
+
+Symbolic execution runs one round at a time over all nodes with numpy, on the elementary segments cut by all
+operations' boundaries, so its cost follows the number of chunks, not the element count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import ScheduleError
+from .schedule import OpKind, Schedule
+from .schedule.expand import OpTable, expand
+
+_MEMORY_LIMIT = 3 << 30  # bytes of symbolic state before we refuse (ask for a smaller count or world)
+
+
+@dataclass
+class VerifyReport:
+    """What a verified schedule does, for elements of `itemsize` bytes."""
+
+    algorithm: str
+    collective: str
+    world_size: int
+    count: int
+    num_nodes: int
+    steps: int  # rounds in which at least one message moves
+    messages: int
+    itemsize: int
+    bytes_sent: np.ndarray = field(repr=False)  # per node
+    bytes_received: np.ndarray = field(repr=False)
+
+    @property
+    def max_bytes_sent_per_rank(self) -> int:
+        return int(self.bytes_sent[: self.world_size].max(initial=0))
+
+    def summary(self) -> str:
+        return (f"{self.algorithm} {self.collective} p={self.world_size} count={self.count}: OK, "
+                f"{self.steps} steps, {self.messages} messages, max {self.max_bytes_sent_per_rank} B sent per rank")
+
+
+def _fail(message: str, table: OpTable | None = None, row: int | None = None) -> ScheduleError:
+    if table is None or row is None:
+        return ScheduleError(message)
+    node, idx = int(table.node[row]), int(table.index[row])
+    a, b = int(table.start[row]), int(table.stop[row])
+    return ScheduleError(f"node {node}, op {idx} (round {int(table.round[row])}, elements [{a}, {b})): {message}",
+                         node=node, op_index=idx, round=int(table.round[row]), elements=(a, b))
+
+
+def _check_well_formed(s: Schedule, t: OpTable) -> None:
+    bad = (t.peer < 0) | (t.peer >= s.num_nodes)
+    if bad.any():
+        r = int(np.flatnonzero(bad)[0])
+        raise _fail(f"peer {int(t.peer[r])} does not exist (nodes are 0..{s.num_nodes - 1})", t, r)
+    bad = t.peer == t.node
+    if bad.any():
+        raise _fail("a node cannot message itself", t, int(np.flatnonzero(bad)[0]))
+    bad = (t.start < 0) | (t.stop < t.start) | (t.stop > s.work_size)
+    if bad.any():
+        raise _fail(f"element range outside the work buffer [0, {s.work_size})", t, int(np.flatnonzero(bad)[0]))
+    if len(t) > 1:
+        order_bad = (t.node[1:] == t.node[:-1]) & (t.round[1:] < t.round[:-1])
+        if order_bad.any():
+            raise _fail("operations are not in round order", t, int(np.flatnonzero(order_bad)[0]) + 1)
+
+
+def _pair_sequence(src: np.ndarray, dst: np.ndarray, rnd: np.ndarray | None, order: np.ndarray) -> np.ndarray:
+    """Position of each message among those with the same (src, dst[, round]), in program order."""
+    keys = (order, dst, src) if rnd is None else (order, rnd, dst, src)
+    idx = np.lexsort(keys)
+    same = np.ones(idx.size, dtype=bool)
+    if idx.size:
+        same[0] = False
+        same[1:] = (src[idx][1:] == src[idx][:-1]) & (dst[idx][1:] == dst[idx][:-1])
+        if rnd is not None:
+            same[1:] &= rnd[idx][1:] == rnd[idx][:-1]
+    group_start = np.maximum.accumulate(np.where(~same, np.arange(idx.size), 0))
+    seq = np.empty(idx.size, dtype=np.int64)
+    seq[idx] = np.arange(idx.size) - group_start
+    return seq
+
+
+def _match(t: OpTable, relaxed: bool) -> tuple[np.ndarray, np.ndarray] | None:
+    """Rows of sends and of their matching receives (aligned), or None if some message has no partner."""
+    is_send = t.kind == OpKind.SEND
+    srows, rrows = np.flatnonzero(is_send), np.flatnonzero(~is_send)
+    s_src, s_dst = t.node[srows], t.peer[srows]
+    r_src, r_dst = t.peer[rrows], t.node[rrows]
+    order_s, order_r = srows, rrows  # global row order is node-major program order
+    s_rnd = None if relaxed else t.round[srows]
+    r_rnd = None if relaxed else t.round[rrows]
+    s_seq = _pair_sequence(s_src, s_dst, s_rnd, order_s)
+    r_seq = _pair_sequence(r_src, r_dst, r_rnd, order_r)
+    zero_s, zero_r = np.zeros_like(s_src), np.zeros_like(r_src)
+    skey = np.lexsort((s_seq, zero_s if relaxed else s_rnd, s_dst, s_src))
+    rkey = np.lexsort((r_seq, zero_r if relaxed else r_rnd, r_dst, r_src))
+    if srows.size != rrows.size:
+        return None
+    a = np.stack([s_src[skey], s_dst[skey], s_seq[skey]] + ([] if relaxed else [s_rnd[skey]]))
+    b = np.stack([r_src[rkey], r_dst[rkey], r_seq[rkey]] + ([] if relaxed else [r_rnd[rkey]]))
+    if not np.array_equal(a, b):
+        return None
+    return srows[skey], rrows[rkey]
+
+
+def _unmatched_message(t: OpTable) -> ScheduleError:
+    """Name the first send without a receive (or receive without a send), matching per pair in order."""
+    from collections import defaultdict, deque
+
+    sends: dict[tuple[int, int], deque] = defaultdict(deque)
+    recvs: dict[tuple[int, int], deque] = defaultdict(deque)
+    for r in range(len(t)):
+        if t.kind[r] == OpKind.SEND:
+            sends[(int(t.node[r]), int(t.peer[r]))].append(r)
+        else:
+            recvs[(int(t.peer[r]), int(t.node[r]))].append(r)
+    for pair in sorted(set(sends) | set(recvs)):
+        s, r = sends.get(pair, deque()), recvs.get(pair, deque())
+        if len(s) > len(r):
+            row = s[len(r)]
+            return _fail(f"send to node {pair[1]} has no matching receive on node {pair[1]} "
+                         f"({len(s)} sends from {pair[0]} to {pair[1]}, {len(r)} receives)", t, row)
+        if len(r) > len(s):
+            row = r[len(s)]
+            return _fail(f"receive from node {pair[0]} has no matching send on node {pair[0]} "
+                         f"({len(s)} sends from {pair[0]} to {pair[1]}, {len(r)} receives)", t, row)
+    return ScheduleError("messages do not match")  # pragma: no cover - counts differ so a pair differs
+
+
+def _replay_blocking_order(t: OpTable, send_rows: np.ndarray, recv_rows: np.ndarray) -> ScheduleError:
+    """Rounds of some matched pair differ: replay the transport's order and report a deadlock or misalignment.
+
+    Each node posts all ops of its current round and waits for them; an op completes once its partner has
+    reached the round holding the matching op (rendezvous: a send needs its receive posted too).
+    """
+    partner = np.empty(len(t), dtype=np.int64)
+    partner[send_rows] = recv_rows
+    partner[recv_rows] = send_rows
+    num_nodes = int(t.node.max()) + 1 if len(t) else 0
+    rows_of: list[list[int]] = [[] for _ in range(num_nodes)]
+    for r in range(len(t)):
+        rows_of[int(t.node[r])].append(r)
+    rounds_of = [sorted({int(t.round[r]) for r in rows}) for rows in rows_of]
+    pos = [0] * num_nodes  # index into rounds_of[node] of the round being executed
+
+    def current(n: int) -> float:
+        return rounds_of[n][pos[n]] if pos[n] < len(rounds_of[n]) else float("inf")
+
+    progress = True
+    while progress:
+        progress = False
+        for n in range(num_nodes):
+            if pos[n] >= len(rounds_of[n]):
+                continue
+            rnd = current(n)
+            rows = [r for r in rows_of[n] if t.round[r] == rnd]
+            if all(current(int(t.node[partner[r]])) >= t.round[partner[r]] for r in rows):
+                pos[n] += 1
+                progress = True
+    stuck = [n for n in range(num_nodes) if pos[n] < len(rounds_of[n])]
+    if not stuck:
+        r = next(int(r) for r in send_rows if t.round[r] != t.round[partner[r]])
+        return _fail(f"this message is received by node {int(t.peer[r])} in round {int(t.round[partner[r]])} "
+                     f"(its op {int(t.index[partner[r]])}); both ends of a message must be in the same round",
+                     t, r)
+    # follow wait-for edges from a stuck node until a node repeats: that is the cycle
+    def waits_on(n: int) -> int:
+        rnd = current(n)
+        for r in rows_of[n]:
+            if t.round[r] == rnd and current(int(t.node[partner[r]])) < t.round[partner[r]]:
+                return r
+        raise AssertionError("stuck node waits on nothing")  # pragma: no cover
+
+    seen: dict[int, int] = {}
+    chain: list[int] = []
+    n = stuck[0]
+    while n not in seen:
+        seen[n] = len(chain)
+        r = waits_on(n)
+        chain.append(r)
+        n = int(t.peer[r])
+    cycle = chain[seen[n]:]
+    steps = "; ".join(f"node {int(t.node[r])} op {int(t.index[r])} (round {int(t.round[r])}) waits for node "
+                      f"{int(t.peer[r])}'s op {int(t.index[partner[r]])} in round {int(t.round[partner[r]])}, "
+                      f"but node {int(t.peer[r])} is blocked in round {current(int(t.peer[r]))}" for r in cycle)
+    return _fail(f"deadlock under the blocking order: {steps}", t, cycle[0])
+
+
+class _Symbolic:
+    """Bitset state per (node, segment); bit p marks undefined (never written) data."""
+
+    def __init__(self, s: Schedule, t: OpTable) -> None:
+        p = s.world_size
+        self.p = p
+        self.undef_word, self.undef_bit = divmod(p, 64)
+        self.words = p // 64 + 1
+        cuts = [np.zeros(1, np.int64), np.array([s.work_size], np.int64), t.start, t.stop]
+        if s.collective in ("allgather", "reduce_scatter"):
+            k = s.count if s.collective == "allgather" else s.count // p
+            cuts.append(np.arange(p + 1, dtype=np.int64) * k)
+        self.bounds = np.unique(np.concatenate(cuts))
+        self.nseg = max(int(self.bounds.size) - 1, 0)
+        need = s.num_nodes * self.nseg * self.words * 8
+        if need > _MEMORY_LIMIT:
+            raise ValueError(f"verifying this schedule needs {need / 2**30:.1f} GiB of symbolic state; "
+                             "verify a smaller world size or count")
+        self.state = np.zeros((s.num_nodes, self.nseg, self.words), dtype=np.uint64)
+        self.writer = np.full((s.num_nodes, self.nseg), -1, dtype=np.int64)  # row of the last op that wrote
+        self.state[:, :, self.undef_word] = np.uint64(1 << self.undef_bit)
+        for r in range(p):
+            rng = s.input_range(r)
+            if rng is not None and rng[1] > rng[0]:
+                a, b = self.segments(np.array([rng[0]]), np.array([rng[1]]))
+                self.state[r, a[0]:b[0], :] = self.ranks_bits([r])
+
+    def ranks_bits(self, ranks) -> np.ndarray:
+        bits = np.zeros(self.words, dtype=np.uint64)
+        for r in ranks:
+            bits[r // 64] |= np.uint64(1 << (r % 64))
+        return bits
+
+    def all_ranks_bits(self) -> np.ndarray:
+        bits = np.zeros(self.words, dtype=np.uint64)
+        full, rest = divmod(self.p, 64)
+        bits[:full] = np.uint64(0xFFFFFFFFFFFFFFFF)
+        if rest:
+            bits[full] = np.uint64((1 << rest) - 1)
+        return bits
+
+    def segments(self, start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return np.searchsorted(self.bounds, start), np.searchsorted(self.bounds, stop)
+
+    def describe(self, bits: np.ndarray) -> str:
+        ranks = [w * 64 + b for w in range(self.words) for b in range(64)
+                 if int(bits[w]) >> b & 1 and w * 64 + b < self.p]
+        undef = bool(int(bits[self.undef_word]) >> self.undef_bit & 1)
+        text = _ranks_text(ranks)
+        return text + (" + undefined data" if undef else "")
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    if not ranks:
+        return "no rank"
+    if len(ranks) > 12:
+        return f"{len(ranks)} ranks ({', '.join(map(str, ranks[:6]))}, ...)"
+    return "ranks {" + ", ".join(map(str, ranks)) + "}"
+
+
+def _popcount(x: np.ndarray) -> np.ndarray:
+    return np.bitwise_count(x).sum(axis=-1, dtype=np.int64)
+
+
+def _execute(s: Schedule, t: OpTable, send_rows: np.ndarray, recv_rows: np.ndarray) -> _Symbolic:
+    sym = _Symbolic(s, t)
+    undef_mask = np.zeros(sym.words, dtype=np.uint64)
+    undef_mask[sym.undef_word] = np.uint64(1 << sym.undef_bit)
+    contrib_mask = ~undef_mask
+    seg_a, seg_b = sym.segments(t.start, t.stop)
+    # process receive rows grouped by round; recv_rows[i] is matched with send_rows[i]
+    order = np.argsort(t.round[recv_rows], kind="stable")
+    recv_sorted, send_sorted = recv_rows[order], send_rows[order]
+    rounds = t.round[recv_sorted]
+    cuts = np.flatnonzero(np.diff(rounds)) + 1
+    for lo, hi in zip(np.concatenate(([0], cuts)).tolist(), np.concatenate((cuts, [rounds.size])).tolist()):
+        rr, ss = recv_sorted[lo:hi], send_sorted[lo:hi]
+        nseg = seg_b[rr] - seg_a[rr]
+        if nseg.sum() == 0:
+            continue
+        keep = nseg > 0
+        rr, ss, nseg = rr[keep], ss[keep], nseg[keep]
+        # expand each message into its segments
+        rep = np.repeat(np.arange(rr.size), nseg)
+        offs = np.arange(rep.size) - np.repeat(np.cumsum(nseg) - nseg, nseg)
+        seg = seg_a[rr][rep] + offs
+        dst = t.node[rr][rep]
+        payload = sym.state[t.node[ss][rep], seg]  # read before any write of this round
+        is_reduce = t.kind[rr][rep] == OpKind.RECV_REDUCE
+        row = rr[rep]
+        # group writes to the same (dst, segment) in program order (row order is program order per node)
+        g = np.lexsort((row, seg, dst))
+        dst, seg, payload, is_reduce, row = dst[g], seg[g], payload[g], is_reduce[g], row[g]
+        first = np.ones(dst.size, dtype=bool)
+        first[1:] = (dst[1:] != dst[:-1]) | (seg[1:] != seg[:-1])
+        late_store = ~is_reduce & ~first
+        if late_store.any():
+            r = int(row[np.flatnonzero(late_store)[0]])
+            raise _fail("stores into elements that another receive of the same round already writes", t, r)
+        starts = np.flatnonzero(first)
+        base_is_state = is_reduce[starts]
+        base = np.where(base_is_state[:, None], sym.state[dst[starts], seg[starts]], 0).astype(np.uint64)
+        group_of = np.cumsum(first) - 1
+        if (payload & undef_mask).any(axis=1).any() and is_reduce.any():
+            bad = np.flatnonzero(is_reduce & (payload & undef_mask).any(axis=1))
+            if bad.size:
+                r = int(row[bad[0]])
+                raise _fail(f"reduces data that node {int(t.peer[r])} never defined (undefined data is sent)", t, r)
+        base_undef = (base & undef_mask).any(axis=1) & base_is_state
+        if base_undef.any():
+            gi = int(np.flatnonzero(base_undef)[0])
+            r = int(row[starts[gi]])
+            raise _fail("reduces into local elements that were never defined", t, r)
+        union = np.bitwise_or.reduceat(payload, starts, axis=0) | base
+        counted = np.add.reduceat(_popcount(payload & contrib_mask), starts) + _popcount(base & contrib_mask)
+        overlap = counted != _popcount(union & contrib_mask)
+        if overlap.any():
+            gi = int(np.flatnonzero(overlap)[0])
+            members = np.flatnonzero(group_of == gi)
+            seen = base[gi].copy()
+            culprit = int(row[members[-1]])
+            for mi in members:
+                if (seen & payload[mi] & contrib_mask).any():
+                    culprit = int(row[mi])
+                    twice = seen & payload[mi] & contrib_mask
+                    break
+                seen |= payload[mi]
+            else:  # pragma: no cover
+                twice = union
+            raise _fail(f"double contribution: {sym.describe(twice)} would be counted twice", t, culprit)
+        sym.state[dst[starts], seg[starts]] = union
+        last = np.concatenate((starts[1:], [dst.size])) - 1
+        sym.writer[dst[starts], seg[starts]] = row[last]
+    return sym
+
+
+def _check_outputs(s: Schedule, t: OpTable, sym: _Symbolic) -> None:
+    p = s.world_size
+    all_bits = sym.all_ranks_bits()
+    for r in range(p):
+        rng = s.output_range(r)
+        if rng is None or rng[1] == rng[0]:
+            continue
+        a, b = sym.segments(np.array([rng[0]]), np.array([rng[1]]))
+        segs = np.arange(a[0], b[0])
+        if s.collective in ("allreduce", "reduce_scatter", "reduce"):
+            expected = np.broadcast_to(all_bits, (segs.size, sym.words))
+        elif s.collective == "broadcast":
+            expected = np.broadcast_to(sym.ranks_bits([s.root]), (segs.size, sym.words))
+        else:  # allgather: block q holds rank q's input
+            owner = sym.bounds[segs] // max(s.count, 1)
+            expected = np.stack([sym.ranks_bits([int(q)]) for q in owner]) if segs.size else \
+                np.zeros((0, sym.words), np.uint64)
+        got = sym.state[r, segs]
+        wrong = np.flatnonzero((got != expected).any(axis=1))
+        if wrong.size:
+            i = int(wrong[0])
+            seg = int(segs[i])
+            e0, e1 = int(sym.bounds[seg]), int(sym.bounds[seg + 1])
+            missing = expected[i] & ~got[i]
+            extra = got[i] & ~expected[i]
+            parts = []
+            if _popcount(missing[None])[0]:
+                parts.append(f"misses {sym.describe(missing)}")
+            if _popcount(extra[None])[0]:
+                parts.append(f"also holds {sym.describe(extra)}")
+            writer = int(sym.writer[r, seg])
+            where = (f"; last written by its op {int(t.index[writer])} in round {int(t.round[writer])}"
+                     if writer >= 0 else "; never written by the schedule")
+            raise ScheduleError(f"rank {r} ends with wrong data in elements [{e0}, {e1}) of its {s.collective} "
+                                f"output: holds {sym.describe(got[i])}, {' and '.join(parts)}{where}",
+                                node=r, op_index=int(t.index[writer]) if writer >= 0 else None,
+                                elements=(e0, e1))
+
+
+def verify(schedule: Schedule, *, itemsize: int = 4) -> VerifyReport:
+    """Prove `schedule` correct (see the module docstring); raise ScheduleError naming the first problem.
+
+    `itemsize` is the element size in bytes used for the report's byte counts.
+    """
+    s = schedule
+    t = expand(s)
+    _check_well_formed(s, t)
+    matched = _match(t, relaxed=False)
+    if matched is None:
+        relaxed = _match(t, relaxed=True)
+        if relaxed is None:
+            raise _unmatched_message(t)
+        lengths_differ = (t.start[relaxed[0]] != t.start[relaxed[1]]) | (t.stop[relaxed[0]] != t.stop[relaxed[1]])
+        if lengths_differ.any():
+            r = int(relaxed[0][np.flatnonzero(lengths_differ)[0]])
+            q = int(relaxed[1][np.flatnonzero(lengths_differ)[0]])
+            raise _fail(f"sends elements [{int(t.start[r])}, {int(t.stop[r])}) but node {int(t.peer[r])}'s matching "
+                        f"receive (its op {int(t.index[q])}) expects [{int(t.start[q])}, {int(t.stop[q])})", t, r)
+        raise _replay_blocking_order(t, *relaxed)
+    send_rows, recv_rows = matched
+    differ = (t.start[send_rows] != t.start[recv_rows]) | (t.stop[send_rows] != t.stop[recv_rows])
+    if differ.any():
+        i = int(np.flatnonzero(differ)[0])
+        r, q = int(send_rows[i]), int(recv_rows[i])
+        raise _fail(f"sends elements [{int(t.start[r])}, {int(t.stop[r])}) but node {int(t.peer[r])}'s matching "
+                    f"receive (its op {int(t.index[q])}) expects [{int(t.start[q])}, {int(t.stop[q])}); "
+                    "a message keeps its element positions", t, r)
+    sym = _execute(s, t, send_rows, recv_rows)
+    _check_outputs(s, t, sym)
+    length = t.stop - t.start
+    is_send = t.kind == OpKind.SEND
+    sent = np.bincount(t.node[is_send], weights=length[is_send], minlength=s.num_nodes) * itemsize
+    received = np.bincount(t.node[~is_send], weights=length[~is_send], minlength=s.num_nodes) * itemsize
+    steps = int(np.unique(t.round).size)
+    return VerifyReport(s.algorithm, s.collective, s.world_size, s.count, s.num_nodes, steps,
+                        int(is_send.sum()), itemsize, sent.astype(np.int64), received.astype(np.int64))
+
+
+__all__ = ["ScheduleError", "VerifyReport", "verify"]

@@ -71,7 +71,7 @@ def emulate(schedule: Schedule, inputs: Sequence[np.ndarray], op: str = "sum") -
                         raise RuntimeError(f"node {node} receives from node {o.peer} in round {rnd} but nothing "
                                            "was sent; run collectives.verify(schedule) to locate the fault")
                     received.append((o, queue.popleft()))
-            land_receives(work[node], received, kernel_op)
+            land_receives(work[node], received, kernel_op, node)
     outputs: list[np.ndarray | None] = []
     for r in range(p):
         rng = schedule.output_range(r)

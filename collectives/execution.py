@@ -3,8 +3,9 @@
 The emulator and the MPI transport both call `land_receives`, so a schedule gives bitwise the same result in
 one process and under mpiexec. Round semantics (see collectives/schedule/ops.py): writes land at the end of the
 round, in program order. A store followed by reduce-receives into the same range, or a run of reduce-receives
-into the same range, is ONE fused kernel call: out = local (op) in_1 (op) in_2 ... in program order, so a switch
-that reduces 72 children rounds a 16-bit result once, and every node that runs the same ops gets the same bits.
+into the same range, is ONE fused kernel call over the operands ordered by source node (the local value
+counting as the node's own), so a switch that reduces 72 children rounds a 16-bit result once, and the result
+depends only on which nodes contributed, never on arrival order.
 """
 
 from __future__ import annotations
@@ -17,8 +18,14 @@ from .kernels import reduce_into
 from .schedule import Op, OpKind
 
 
-def land_receives(work: np.ndarray, received: Sequence[tuple[Op, np.ndarray]], op: str) -> None:
-    """Apply one round's receives `(op, payload)` (in program order) to `work` with kernel op `op`."""
+def land_receives(work: np.ndarray, received: Sequence[tuple[Op, np.ndarray]], op: str, node: int) -> None:
+    """Apply one round's receives `(op, payload)` (in program order) to `work`, the buffer of `node`.
+
+    The operands of one fused reduction are ordered by the node they come from (the local value counts as
+    `node`'s), so two partners that reduce each other's data (recursive doubling) compute the same expression
+    and get the same bits even where the op is not bitwise commutative (min/max of +0.0 and -0.0, NaN
+    payloads).
+    """
     i, n = 0, len(received)
     while i < n:
         first, payload = received[i]
@@ -27,13 +34,13 @@ def land_receives(work: np.ndarray, received: Sequence[tuple[Op, np.ndarray]], o
         while j < n and received[j][0].kind == OpKind.RECV_REDUCE and received[j][0].start == a \
                 and received[j][0].stop == b:
             j += 1
-        inputs = [p for _, p in received[i + 1:j]]
         target = work[a:b]
-        if first.kind == OpKind.RECV:
-            if inputs:
-                reduce_into(target, [payload, *inputs], op)
-            else:
-                target[...] = payload
+        if first.kind == OpKind.RECV and j == i + 1:
+            target[...] = payload
         else:
-            reduce_into(target, [target, payload, *inputs], op)
+            operands = [(o.peer, p) for o, p in received[i:j]]
+            if first.kind == OpKind.RECV_REDUCE:
+                operands.append((node, target))
+            operands.sort(key=lambda item: item[0])  # stable: program order among equal sources
+            reduce_into(target, [p for _, p in operands], op)
         i = j

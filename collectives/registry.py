@@ -8,12 +8,13 @@ themselves with `@register`. A researcher's own module registers the same way, o
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 
 from .schedule import Schedule
-from .schedule.collective import COLLECTIVES, ROOTED, check_collective
+from .schedule.collective import COLLECTIVES, ROOTED, check_collective, check_shape
 
 Builder = Callable[..., Schedule]
 
@@ -72,6 +73,25 @@ def names(collective: str | None = None) -> list[str]:
     return sorted(n for n, a in _REGISTRY.items() if collective is None or collective in a.collectives)
 
 
+def parameters(name: str) -> dict[str, object]:
+    """The builder's own parameters of algorithm `name`, with their defaults."""
+    sig = inspect.signature(info(name).builder)
+    fixed = {"collective", "world_size", "count", "root", "topology"}
+    return {k: (None if v.default is inspect.Parameter.empty else v.default)
+            for k, v in sig.parameters.items() if k not in fixed and v.kind is not inspect.Parameter.VAR_KEYWORD}
+
+
+def _check_params(algo: AlgorithmInfo, params: dict) -> None:
+    sig = inspect.signature(algo.builder)
+    if any(v.kind is inspect.Parameter.VAR_KEYWORD for v in sig.parameters.values()):
+        return
+    unknown = sorted(set(params) - set(sig.parameters) - {"collective", "world_size", "count", "root", "topology"})
+    if unknown:
+        valid = ", ".join(parameters(algo.name)) or "none"
+        raise ValueError(f"algorithm {algo.name!r} has no parameter {', '.join(map(repr, unknown))}; "
+                         f"its parameters: {valid}")
+
+
 def build(name: str, *, collective: str = "allreduce", world_size: int, count: int, root: int | None = None,
           topology=None, **params) -> Schedule:
     """Build the schedule of algorithm `name` for `collective` over `world_size` ranks.
@@ -88,6 +108,8 @@ def build(name: str, *, collective: str = "allreduce", world_size: int, count: i
         root = 0
     if collective not in ROOTED and root is not None:
         raise ValueError(f"{collective} takes no root (got root={root})")
+    check_shape(collective, world_size, count, root)
+    _check_params(algo, params)
     if algo.needs_topology and topology is None:
         raise ValueError(f"algorithm {name!r} needs a topology: pass topology=collectives.topology.preset(...) "
                          "or collectives.topology.cluster(...)")
@@ -99,4 +121,4 @@ def build(name: str, *, collective: str = "allreduce", world_size: int, count: i
     return schedule
 
 
-__all__ = ["AlgorithmInfo", "COLLECTIVES", "build", "info", "names", "register"]
+__all__ = ["AlgorithmInfo", "COLLECTIVES", "build", "info", "names", "parameters", "register"]

@@ -279,7 +279,7 @@ def _execute(s: Schedule, t: OpTable, send_rows: np.ndarray, recv_rows: np.ndarr
     recv_sorted, send_sorted = recv_rows[order], send_rows[order]
     rounds = t.round[recv_sorted]
     cuts = np.flatnonzero(np.diff(rounds)) + 1
-    for lo, hi in zip(np.concatenate(([0], cuts)).tolist(), np.concatenate((cuts, [rounds.size])).tolist()):
+    for lo, hi in zip(np.concatenate(([0], cuts)).tolist(), np.concatenate((cuts, [rounds.size])).tolist(), strict=True):
         rr, ss = recv_sorted[lo:hi], send_sorted[lo:hi]
         nseg = seg_b[rr] - seg_a[rr]
         if nseg.sum() == 0:

@@ -76,7 +76,7 @@ class Program:
 
     def __iter__(self) -> Iterator[Op]:
         for r, k, p, a, b in zip(self.round.tolist(), self.kind.tolist(), self.peer.tolist(),
-                                 self.start.tolist(), self.stop.tolist()):
+                                 self.start.tolist(), self.stop.tolist(), strict=True):
             yield Op(r, OpKind(k), p, a, b)
 
     def rounds(self) -> Iterator[tuple[int, list[tuple[int, Op]]]]:
@@ -87,7 +87,7 @@ class Program:
         starts = np.concatenate(([0], bounds))
         stops = np.concatenate((bounds, [len(self)]))
         ops = list(self)
-        for a, b in zip(starts.tolist(), stops.tolist()):
+        for a, b in zip(starts.tolist(), stops.tolist(), strict=True):
             yield ops[a].round, [(i, ops[i]) for i in range(a, b)]
 
     def __repr__(self) -> str:

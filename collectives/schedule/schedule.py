@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ScheduleError
 from . import collective as contract
 from .ops import OpKind, Program
 from .phase import Phase, evaluate_slot
@@ -93,13 +94,26 @@ class Schedule:
             for rnd in phase.rounds:
                 if rnd.repeats == 0:
                     continue
-                its = np.arange(rnd.repeats, dtype=np.int64)
+                if rnd.window is None:
+                    its = np.arange(rnd.repeats, dtype=np.int64)
+                else:
+                    lo, hi = rnd.window(m)
+                    its = np.arange(max(int(lo), 0), min(int(hi), rnd.repeats), dtype=np.int64)
+                    if its.size == 0:
+                        base += rnd.repeats
+                        continue
                 for order, slot in enumerate(rnd.slots(m, its)):
                     peer, chunk, nchunks = evaluate_slot(slot, its.shape)
                     active = peer >= 0
                     if not active.any():
                         continue
                     peer_m, lo = peer[active], chunk[active]
+                    if int(peer_m.max()) >= members.size:
+                        it = int(its[active][np.argmax(peer_m)])
+                        raise ScheduleError(
+                            f"node {node}: phase {phase.name!r}, round {base + it}, slot {order} names peer member "
+                            f"{int(peer_m.max())} but its group has members 0..{members.size - 1}",
+                            node=node, round=base + it)
                     start, stop = phase.chunks.elements(g, lo, lo + nchunks[active])
                     n = peer_m.size
                     cols.append((base + its[active], np.full(n, order, np.int64), np.full(n, int(slot.kind), np.int8),
@@ -107,7 +121,7 @@ class Schedule:
                 base += rnd.repeats
         if not cols:
             return Program.empty(node)
-        rnd_, order_, kind, peer, start, stop = (np.concatenate(c) for c in zip(*cols))
+        rnd_, order_, kind, peer, start, stop = (np.concatenate(c) for c in zip(*cols, strict=True))
         idx = np.lexsort((order_, rnd_))
         return Program(node, rnd_[idx], kind[idx], peer[idx], start[idx], stop[idx])
 

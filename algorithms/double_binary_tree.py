@@ -1,0 +1,138 @@
+"""Double binary tree (NCCL's Tree algorithm): two complementary binary trees, each carrying half the data.
+
+Vocabulary. *Tree 0* is NCCL's in-order binary tree over ranks (src/graph/trees.cc, ncclGetBtree): with
+bit = the lowest set bit of rank r > 0, r's *parent* is (r ^ bit) | (bit << 1), or r ^ bit when that is out of
+range (n not a power of two); rank 0 is the *root* and has one child, the largest power of two below n.
+*Tree 1* mirrors tree 0 (r -> n-1-r) when n is even and shifts it by one rank (r -> r+1 mod n) when n is odd, so
+almost every rank is a leaf in one tree and interior in the other, and both trees together use each rank's
+links about equally. Tree 0 carries *block* 0 of the buffer, tree 1 block 1.
+
+Allreduce = reduce up both trees to their roots, then broadcast back down, pipelined over `chunks` *segments*
+per block: a node of *height* h (longest path down to a leaf) sends segment t - h to its parent in round t, so a
+segment reaches a parent from every child (all of height < h) in strictly earlier rounds than the parent passes
+it on. The root of height H holds segment s fully reduced after round s + H - 1; the down pass sends segment
+t - H - d from a node at *depth* d to its children in round t, so a node receives segment s in round
+s + H + d - 1 and forwards it in the next. Both trees run side by side in the same rounds: one phase, one
+round pattern of 2·chunks + ... rounds in total: chunks + 2H - 1 with H the taller tree's height.
+
+The per-rank parent, children, heights and depths are numpy arrays of length n, built once (O(n lg n)); the
+round pattern indexes them with the member number, so one rank's program costs only its own operations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from collectives.registry import register
+from collectives.schedule import ChunkTable, Phase, Round, Schedule, recv, recv_reduce, send
+
+from .chain import pipeline_rounds
+
+
+def btree_parents(n: int) -> np.ndarray:
+    """Parent of every rank in NCCL's in-order binary tree rooted at 0 (-1 for the root), vectorized."""
+    r = np.arange(n, dtype=np.int64)
+    bit = r & -r  # lowest set bit (0 for rank 0)
+    up = (r ^ bit) | (bit << 1)
+    up = np.where(up >= n, r ^ bit, up)  # clipped at the end of the range, as ncclGetBtree does
+    up[0] = -1
+    return up
+
+
+@dataclass(frozen=True)
+class Tree:
+    """One tree as per-rank arrays: parent (-1 at the root), two children (-1 where absent), height, depth."""
+
+    parent: np.ndarray
+    children: np.ndarray  # (n, 2)
+    height: np.ndarray
+    depth: np.ndarray
+
+    @classmethod
+    def from_parents(cls, parent: np.ndarray) -> Tree:
+        n = parent.size
+        nodes = np.arange(n, dtype=np.int64)
+        has_parent = parent >= 0
+        assert int((~has_parent).sum()) == (1 if n else 0), "a tree has exactly one root"
+        kids, owners = nodes[has_parent], parent[has_parent]
+        order = np.lexsort((kids, owners))
+        kids, owners = kids[order], owners[order]
+        first = np.r_[True, owners[1:] != owners[:-1]] if kids.size else np.zeros(0, bool)
+        children = np.full((n, 2), -1, dtype=np.int64)
+        children[owners[first], 0] = kids[first]
+        second = ~first
+        assert not (second[1:] & second[:-1]).any(), "binary tree: at most two children per node"
+        children[owners[second], 1] = kids[second]
+        # depth and height by repeated relaxation along the parent pointers: O(n · depth) = O(n lg n)
+        depth = np.zeros(n, dtype=np.int64)
+        anc = parent.copy()
+        while (anc >= 0).any():
+            depth += anc >= 0
+            anc = np.where(anc >= 0, parent[np.maximum(anc, 0)], -1)
+        height = np.zeros(n, dtype=np.int64)
+        for d in range(int(depth.max(initial=0)), 0, -1):  # children before parents, one level at a time
+            at = nodes[depth == d]
+            np.maximum.at(height, parent[at], height[at] + 1)
+        # the invariant the pipeline timing relies on: a child is strictly lower than its parent
+        assert (height[kids] < height[owners]).all()
+        return cls(parent, children, height, depth)
+
+
+def double_binary_tree(n: int) -> tuple[Tree, Tree]:
+    """NCCL's two trees over n ranks (ncclGetDtree): tree 1 mirrors tree 0 for even n, shifts it for odd n."""
+    p0 = btree_parents(n)
+    r = np.arange(n, dtype=np.int64)
+    if n % 2:
+        src = p0[(r - 1) % n]  # rank r plays rank r-1's part in tree 0
+        p1 = np.where(src < 0, -1, (src + 1) % n)
+    else:
+        src = p0[n - 1 - r]
+        p1 = np.where(src < 0, -1, n - 1 - src)
+    return Tree.from_parents(p0), Tree.from_parents(p1)
+
+
+def dbt_rounds(trees: tuple[Tree, Tree], chunks: int) -> list[Round]:
+    """Round t: reduce segment t - height up, broadcast segment t - H - depth down, in each tree at once."""
+    heights = [int(tr.height.max(initial=0)) for tr in trees]
+
+    def active(b, peer, seg):
+        """(peer, chunk id) of segment `seg` of block b; idle where there is no peer or no such segment."""
+        return np.where((peer >= 0) & (seg >= 0) & (seg < chunks), peer, -1), b * chunks + np.clip(seg, 0, chunks - 1)
+
+    def slots(m, t):
+        out = []
+        # tree 0's slots come before tree 1's on every node, so two messages between the same pair of
+        # nodes in one round (one per tree) are matched in the same program order at both ends
+        for b, (tr, H) in enumerate(zip(trees, heights, strict=True)):
+            parent = tr.parent[m]
+            for j in range(2):  # up: children's segments arrive in their own sending rounds
+                child = tr.children[m, j]
+                out.append(recv_reduce(*active(b, child, t - tr.height[np.maximum(child, 0)])))
+            out.append(send(*active(b, parent, t - tr.height[m])))
+            # down: from the parent in its sending round, to the children one round later
+            out.append(recv(*active(b, parent, t - H - tr.depth[m] + 1)))
+            for j in range(2):
+                out.append(send(*active(b, tr.children[m, j], t - H - tr.depth[m])))
+        return out
+
+    # lags run from 0 (leaves sending up) to 2H - 1 (the deepest parents sending down)
+    return pipeline_rounds(slots, 2 * max(heights), chunks, "double binary tree")
+
+
+@register("double_binary_tree", ("allreduce",),
+          summary="NCCL's double binary tree: half the data up and down each of two complementary trees, "
+                  "pipelined over `chunks` segments")
+def build_double_binary_tree(collective: str, world_size: int, count: int, *, root=None, topology=None,
+                             chunks: int = 1) -> Schedule:
+    if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or chunks < 1:
+        raise ValueError(f"double_binary_tree chunks (pipeline segments) must be an integer >= 1, got {chunks!r}")
+    p, c = world_size, int(chunks)
+    if collective != "allreduce":
+        raise ValueError(f"double_binary_tree implements allreduce only, not {collective}")
+    trees = double_binary_tree(p)
+    ranks = np.arange(p, dtype=np.int64)[None, :]
+    # block b (one half of the buffer) belongs to tree b; chunk id = b * chunks + segment
+    phase = Phase("double binary tree", ranks, ChunkTable.whole(count, 2, c), dbt_rounds(trees, c))
+    return Schedule("double_binary_tree", collective, p, count, [phase], params={"chunks": c}, topology=topology)

@@ -6,6 +6,16 @@ Public API: `names(collective)`, `build(name, collective=..., world_size=..., co
 
 from collectives.registry import AlgorithmInfo, build, info, names, register
 
-from . import ring  # noqa: F401  (registers)
+from . import (  # noqa: F401  (registers)
+    binomial,
+    chain,
+    double_binary_tree,
+    hierarchical,
+    nvls,
+    rabenseifner,
+    recursive_doubling,
+    ring,
+    sharp,
+)
 
 __all__ = ["AlgorithmInfo", "build", "info", "names", "register"]

@@ -37,6 +37,33 @@ def ring_round(p: int, waves: int, steps: int, step_slots) -> Round:
     return Round(slots, repeats=(steps + waves - 1) if steps else 0, uniform=waves == 1, name="ring step")
 
 
+def ring_reduce_scatter_phase(name: str, groups, table: ChunkTable, chunks: int, shift: int) -> Phase:
+    """Ring reduce-scatter inside every group (member m = ring position m) over `table` (blocks = members,
+    `chunks` segments each): after it, member m holds block (m + 1 + shift) reduced over its group."""
+    groups = np.atleast_2d(np.asarray(groups, dtype=np.int64))
+    p, c = groups.shape[1], int(chunks)
+    assert table.blocks == p and table.sub == c, "a ring phase needs one table block per member"
+
+    def step_slots(m, k, s, on):
+        return [send(np.where(on, (m + 1) % p, -1), ((m - k + shift) % p) * c + s),
+                recv_reduce(np.where(on, (m - 1) % p, -1), ((m - k - 1 + shift) % p) * c + s)]
+
+    return Phase(name, groups, table, [ring_round(p, c, p - 1, step_slots)])
+
+
+def ring_allgather_phase(name: str, groups, table: ChunkTable, chunks: int, owned: int) -> Phase:
+    """Ring allgather inside every group over `table`: member m starts holding block (m + owned)."""
+    groups = np.atleast_2d(np.asarray(groups, dtype=np.int64))
+    p, c = groups.shape[1], int(chunks)
+    assert table.blocks == p and table.sub == c, "a ring phase needs one table block per member"
+
+    def step_slots(m, j, s, on):
+        return [send(np.where(on, (m + 1) % p, -1), ((m + owned - j) % p) * c + s),
+                recv(np.where(on, (m - 1) % p, -1), ((m + owned - j - 1) % p) * c + s)]
+
+    return Phase(name, groups, table, [ring_round(p, c, p - 1, step_slots)])
+
+
 @register("ring", ("allreduce", "reduce_scatter", "allgather"),
           summary="ring reduce-scatter and/or allgather; `chunks` pipelines each block into segments")
 def build_ring(collective: str, world_size: int, count: int, *, root=None, topology=None,
@@ -47,31 +74,11 @@ def build_ring(collective: str, world_size: int, count: int, *, root=None, topol
     work = count * p if collective == "allgather" else count
     table = ChunkTable.whole(work, p, c)
     ranks = np.arange(p, dtype=np.int64)[None, :]
-    down = lambda m: (m + 1) % p  # noqa: E731
-    up = lambda m: (m - 1) % p  # noqa: E731
-
-    def idle(on, peer):
-        return np.where(on, peer, -1)
-
-    def reduce_scatter_step(shift):
-        def step_slots(m, k, s, on):
-            return [send(idle(on, down(m)), ((m - k + shift) % p) * c + s),
-                    recv_reduce(idle(on, up(m)), ((m - k - 1 + shift) % p) * c + s)]
-        return step_slots
-
-    def allgather_step(owned):
-        def step_slots(m, j, s, on):
-            return [send(idle(on, down(m)), ((m + owned - j) % p) * c + s),
-                    recv(idle(on, up(m)), ((m + owned - j - 1) % p) * c + s)]
-        return step_slots
-
-    steps = p - 1
     phases = []
     if collective in ("allreduce", "reduce_scatter"):
         shift = 0 if collective == "allreduce" else -1
-        phases.append(Phase("ring reduce-scatter", ranks, table,
-                            [ring_round(p, c, steps, reduce_scatter_step(shift))]))
+        phases.append(ring_reduce_scatter_phase("ring reduce-scatter", ranks, table, c, shift))
     if collective in ("allreduce", "allgather"):
         owned = 1 if collective == "allreduce" else 0
-        phases.append(Phase("ring allgather", ranks, table, [ring_round(p, c, steps, allgather_step(owned))]))
+        phases.append(ring_allgather_phase("ring allgather", ranks, table, c, owned))
     return Schedule("ring", collective, p, count, phases, params={"chunks": c}, topology=topology)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from .errors import CollectivesError, ScheduleError
+from .errors import CollectivesError, CollectiveTimeoutError, CommunicatorClosedError, ScheduleError
 
 __version__ = "0.1.0"
 
@@ -22,6 +22,12 @@ _LAZY = {
     "algorithms": ("collectives.algorithms", None),
     "kernels": ("collectives.kernels", None),
     "schedule": ("collectives.schedule", None),
+    "topology": ("collectives.topology", None),
+    # modules that are themselves callable: collectives.simulate(...), collectives.tune(...)
+    "simulate": ("collectives.simulate", None),
+    "tune": ("collectives.tune", None),
+    "init": ("collectives.transport", "init"),
+    "Communicator": ("collectives.transport", "Communicator"),
 }
 
 
@@ -40,8 +46,10 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from . import algorithms, kernels, schedule  # noqa: F401
+    from . import algorithms, kernels, schedule, topology  # noqa: F401
     from .emulate import emulate  # noqa: F401
+    from .transport import Communicator, init  # noqa: F401
     from .verify import VerifyReport, verify  # noqa: F401
 
-__all__ = ["CollectivesError", "ScheduleError", "__version__", *_LAZY]
+__all__ = ["CollectiveTimeoutError", "CollectivesError", "CommunicatorClosedError", "ScheduleError", "__version__",
+           *_LAZY]

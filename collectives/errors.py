@@ -18,3 +18,31 @@ class ScheduleError(CollectivesError):
         self.op_index = op_index
         self.round = round
         self.elements = elements
+
+
+class CollectiveTimeoutError(CollectivesError, TimeoutError):
+    """A collective did not complete within its timeout.
+
+    Attributes: `collective`, `algorithm`, `seq` (the call's sequence number on its communicator), `round`
+    (the schedule round being executed, None before the first), `op_index` (program index of the first
+    unfinished operation), `peers` (ranks or switch nodes awaited), `last_completed` (program index of the last
+    completed operation, -1 if none), `timeout` (seconds).
+    """
+
+    def __init__(self, message: str, *, collective: str | None = None, algorithm: str | None = None,
+                 seq: int | None = None, round: int | None = None, op_index: int | None = None,
+                 peers: tuple[int, ...] = (), last_completed: int | None = None,
+                 timeout: float | None = None) -> None:
+        super().__init__(message)
+        self.collective = collective
+        self.algorithm = algorithm
+        self.seq = seq
+        self.round = round
+        self.op_index = op_index
+        self.peers = peers
+        self.last_completed = last_completed
+        self.timeout = timeout
+
+
+class CommunicatorClosedError(CollectivesError, RuntimeError):
+    """The communicator was closed (or failed) and takes no more calls."""

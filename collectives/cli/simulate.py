@@ -1,0 +1,252 @@
+"""`collectives simulate`: nccl-tests-style tables of predicted times, one per algorithm, on a modelled cluster."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import sys
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
+          "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40}
+TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "half", "bfloat16": "bfloat16", "int32": "int32",
+              "int64": "int64", "uint8": "uint8", "int8": "int8", "uint32": "uint32", "uint64": "uint64"}
+
+
+def parse_size(text: str) -> int:
+    """'8', '8B', '64K', '1MiB', '8GiB' -> bytes (binary multiples, as nccl-tests' -b/-e)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 8B, 64K, 1MiB, 8GiB)")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def parse_sizes(text: str) -> list[int]:
+    """'8B:8GiB' (x2 steps), '8B:8GiB:x4' (factor), '8B:8GiB:30' (30 log-spaced sizes) or '1K,1M,1G'."""
+    if ":" not in text:
+        return [parse_size(t) for t in text.split(",") if t.strip()]
+    parts = text.split(":")
+    if len(parts) not in (2, 3):
+        raise argparse.ArgumentTypeError(f"sizes are MIN:MAX[:xFACTOR|:N], got {text!r}")
+    lo, hi = parse_size(parts[0]), parse_size(parts[1])
+    if lo < 1 or hi < lo:
+        raise argparse.ArgumentTypeError(f"need 1 <= MIN <= MAX, got {text!r}")
+    step = parts[2].strip() if len(parts) == 3 else "x2"
+    if step.startswith("x"):
+        factor = float(step[1:])
+        if factor <= 1:
+            raise argparse.ArgumentTypeError(f"the factor must be > 1, got {step!r}")
+        out, s = [], float(lo)
+        while s <= hi * (1 + 1e-9):
+            out.append(int(round(s)))
+            s *= factor
+        return out
+    n = int(step)
+    if n < 2:
+        return [lo]
+    return sorted({int(round(lo * (hi / lo) ** (i / (n - 1)))) for i in range(n)})
+
+
+def format_size(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n} B"
+
+
+def param_value(text: str):
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def parse_params(items: list[str]) -> dict:
+    out = {}
+    for kv in items:
+        if "=" not in kv:
+            raise SystemExit(f"--param needs KEY=VALUE, got {kv!r}")
+        k, v = kv.split("=", 1)
+        out[k.strip()] = param_value(v.strip())
+    return out
+
+
+class Progress:
+    """A one-line progress bar on stderr (only when stderr is a terminal, or forced)."""
+
+    def __init__(self, total: int, label: str, enabled: bool) -> None:
+        self.total, self.label, self.enabled, self.done = total, label, enabled, 0
+
+    def step(self, n: int = 1) -> None:
+        self.done += n
+        if self.enabled:
+            width = 30
+            fill = int(width * self.done / max(self.total, 1))
+            sys.stderr.write(f"\r{self.label} [{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total}")
+            if self.done >= self.total:
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def add_topology_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--preset", default=None, help="a topology preset (see `collectives topo --list`)")
+    g.add_argument("--topology", default=None, metavar="FILE", help="a topology saved as JSON")
+    p.add_argument("--racks", type=int, default=None, help="size override for rack presets (gb300-nvl72, ...)")
+    p.add_argument("--nodes", type=int, default=None, help="size override for node presets (dgx-h100)")
+    p.add_argument("--ranks", type=int, default=None, help="size override for the loopback preset")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override a cluster parameter, e.g. --set nic_bandwidth=50e9 (repeatable)")
+
+
+def load_topology(args):
+    from .. import topology as topo
+
+    if args.topology:
+        return topo.load(args.topology)
+    name = args.preset or "gb300-nvl72"
+    over = parse_params(args.set)
+    for alias in ("racks", "nodes", "ranks"):
+        if getattr(args, alias) is not None:
+            over[alias] = getattr(args, alias)
+    return topo.preset(name, **over)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("simulate", help="predict collective times on a modelled cluster (nccl-tests-style tables)",
+                       description="Simulate algorithms over a range of sizes and print one nccl-tests-style table "
+                                   "per algorithm; '*' marks the fastest algorithm at each size.")
+    add_topology_args(p)
+    p.add_argument("--collective", default="allreduce")
+    p.add_argument("--algorithms", default=None,
+                   help="comma-separated names, or 'auto' (default: every algorithm for the collective)")
+    p.add_argument("--sizes", type=parse_sizes, default=parse_sizes("8B:8GiB"),
+                   help="MIN:MAX (x2 steps), MIN:MAX:xF, MIN:MAX:N (log-spaced) or a list; default 8B:8GiB")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--op", default="sum")
+    p.add_argument("--mode", choices=("auto", "event", "analytic"), default="analytic")
+    p.add_argument("--param", action="append", default=[], metavar="[ALGO.]KEY=VALUE",
+                   help="builder parameter, e.g. --param intra=nvls or --param hierarchical.inter=ring")
+    p.add_argument("--csv", default=None, metavar="FILE", help="also write every row as CSV")
+    p.add_argument("--json", default=None, metavar="FILE", help="also write every result as JSON")
+    p.add_argument("--plot", default=None, metavar="FILE.png", help="draw busbw against size (needs matplotlib)")
+    p.add_argument("--progress", action="store_true", help="show a progress bar even when stderr is not a tty")
+
+
+def algo_params(items: list[str], names: list[str]) -> dict[str, dict]:
+    """--param KEY=VALUE applies to every algorithm whose builder takes KEY; ALGO.KEY=VALUE to one."""
+    import inspect
+
+    from .. import algorithms
+
+    out: dict[str, dict] = {n: {} for n in names}
+    for key, value in parse_params(items).items():
+        target, _, k = key.rpartition(".")
+        for n in names:
+            if target and n != target:
+                continue
+            if n == "auto":
+                continue
+            sig = inspect.signature(algorithms.info(n).builder).parameters
+            if target or k in sig:
+                out[n][k] = value
+    return out
+
+
+def run(args) -> int:
+    from .. import algorithms
+    from ..simulate.api import sweep
+    from ..simulate.model import itemsize
+    from ..simulate.result import bus_factor
+
+    topology = load_topology(args)
+    names = args.algorithms.split(",") if args.algorithms else algorithms.names(args.collective)
+    names = [n.strip() for n in names if n.strip()]
+    params = algo_params(args.param, names)
+    sizes = args.sizes
+    bar = Progress(len(names) * len(sizes), "simulating", args.progress or sys.stderr.isatty())
+    results: dict[str, list] = {}
+    failed: dict[str, str] = {}
+    for name in names:
+        try:
+            results[name] = sweep(name, topology, sizes, collective=args.collective, dtype=args.dtype,
+                                  mode=args.mode, op=args.op, progress=lambda i, n: bar.step(), **params[name])
+        except (ValueError, TypeError, NotImplementedError, AttributeError) as exc:
+            failed[name] = str(exc).splitlines()[0]
+            bar.step(len(sizes))
+    if not results:
+        for n, why in failed.items():
+            print(f"collectives simulate: {n}: {why}", file=sys.stderr)
+        return 2
+    best = {i: min(results, key=lambda n: results[n][i].time) for i in range(len(sizes))}
+    root = 0 if args.collective in ("broadcast", "reduce") else -1
+    tname = TYPE_NAMES.get(args.dtype, args.dtype)
+    print(f"# collectives simulate: {args.collective} on {topology.name} ({topology.world_size:,} ranks), "
+          f"{args.dtype}, op {args.op}, mode {args.mode}")
+    print("# sizes follow nccl-tests: the full buffer (allgather: output, reduce_scatter: input); "
+          "busbw = algbw x " + f"{bus_factor(args.collective, topology.world_size):.4f}")
+    for name, res in results.items():
+        print(f"#\n# algorithm: {name}" + ("  (the tuner's choice per size: see the last column)"
+                                             if name == "auto" else ""))
+        notes = sorted({n for r in res for n in r.notes})
+        for n in notes:
+            print(f"# note: {n}")
+        print(f"# {'size':>10} {'count':>12} {'type':>8} {'redop':>6} {'root':>6} {'time(us)':>12} "
+              f"{'algbw(GB/s)':>12} {'busbw(GB/s)':>12}  winner  bottleneck")
+        for i, r in enumerate(res):
+            mark = "*" if best[i] == name else ""
+            print(f"  {r.nbytes:>10d} {r.count:>12d} {tname:>8} {args.op:>6} {root:>6} {r.time * 1e6:>12.2f} "
+                  f"{r.algbw / 1e9:>12.2f} {r.busbw / 1e9:>12.2f}  {mark:^6}  "
+                  + (f"[{r.algorithm}] " if name == "auto" else "") + r.bottleneck)
+        avg = sum(r.busbw for r in res) / len(res)
+        print(f"# Avg bus bandwidth    : {avg / 1e9:.4f}")
+    for n, why in failed.items():
+        print(f"# skipped {n}: {why}")
+    rows = [dict(algorithm=name, size=r.nbytes, count=r.count, type=tname, redop=args.op, root=root,
+                 time_us=r.time * 1e6, algbw_GBps=r.algbw / 1e9, busbw_GBps=r.busbw / 1e9,
+                 winner=best[i] == name, bottleneck=r.bottleneck, mode=r.mode)
+            for name, res in results.items() for i, r in enumerate(res)]
+    if args.csv:
+        with open(args.csv, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"topology": topology.name, "world_size": topology.world_size, "collective": args.collective,
+                       "dtype": args.dtype, "itemsize": itemsize(args.dtype), "results": [
+                           r.to_dict() for res in results.values() for r in res]}, fh, indent=1)
+    if args.plot:
+        return plot(results, args.plot, f"{args.collective} on {topology.name} ({topology.world_size:,} ranks)")
+    return 0
+
+
+def plot(results: dict, path: str, title: str) -> int:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("collectives simulate: --plot needs matplotlib: pip install 'collectives[plot]' "
+              "(or pip install matplotlib)", file=sys.stderr)
+        return 3
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name, res in results.items():
+        ax.plot([r.nbytes for r in res], [r.busbw / 1e9 for r in res], marker="o", ms=3, label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("size (bytes)")
+    ax.set_ylabel("busbw (GB/s)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return 0
+
+
+__all__ = ["add_parser", "format_size", "parse_size", "parse_sizes", "run"]

@@ -1,0 +1,35 @@
+"""The dtypes and ops the kernels support, and the codes the C kernels know them by (csrc/reduce.h)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+FLOAT16 = np.dtype(np.float16)
+FLOAT32 = np.dtype(np.float32)
+
+# enum coll_dtype in csrc/reduce.h
+NATIVE_CODES: dict[np.dtype, int] = {
+    np.dtype(np.float32): 0,
+    np.dtype(np.float64): 1,
+    np.dtype(np.int8): 2,
+    np.dtype(np.int16): 3,
+    np.dtype(np.int32): 4,
+    np.dtype(np.int64): 5,
+    np.dtype(np.uint8): 6,
+    np.dtype(np.uint16): 7,
+    np.dtype(np.uint32): 8,
+    np.dtype(np.uint64): 9,
+}
+# enum coll_half: 16-bit floats, accumulated in float32 and rounded once
+HALF_CODES: dict[np.dtype, int] = {FLOAT16: 0, BFLOAT16: 1}
+
+SUPPORTED_DTYPES: tuple[np.dtype, ...] = (FLOAT16, BFLOAT16, *NATIVE_CODES)
+# enum coll_op
+OP_CODES: dict[str, int] = {"sum": 0, "prod": 1, "min": 2, "max": 3}
+SUPPORTED_OPS: tuple[str, ...] = tuple(OP_CODES)
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    return "bfloat16" if dtype == BFLOAT16 else dtype.name

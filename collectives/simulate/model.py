@@ -1,0 +1,126 @@
+"""The cost rules both simulators apply: one place, so the event and analytic answers can only differ where their
+execution strategies do (see the package docstring).
+
+Per message: it starts when both ends have entered its round; it streams cut-through over its path, so it
+arrives after the sum of the hop latencies plus its bytes over the slowest (effective) bandwidth of its path, plus
+any queueing; the sender is done once its bytes have left (start + serialization). Per node and round: the round
+ends when every send has left and every receive has landed, plus the time to reduce the received bytes
+(ranks: the kernel's throughput `topology.reduce_throughput(dtype)`; switch nodes reduce in line, at the rate
+their ports deliver, so they add no separate term).
+
+Effective bandwidth of a hop (the in-network model):
+- a message to or from an NVSwitch node (NVLS reduce or multicast) runs at the NVLink rate x `nvls.derate`
+  (NCCL's derate: 0.85 Hopper, 0.74 Blackwell);
+- a message to or from a fabric switch (SHARP) runs at link rate x `sharp.sat_efficiency` under SAT; under LLT
+  (operations smaller than `sharp.sat_threshold`) at most `ost_quota` OSTs of `ost_size` bytes are in flight per
+  round trip of the hop, so the hop's rate is min(link rate, quota x ost_size / (2 x hop latency)).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..topology import TIERS
+from ..topology.capabilities import dtype_name
+
+_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "uint8": 1, "int16": 2,
+             "uint16": 2, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8}
+
+
+def itemsize(dtype: object) -> int:
+    name = dtype_name(dtype)
+    if name in _ITEMSIZE:
+        return _ITEMSIZE[name]
+    return int(np.dtype(name).itemsize)
+
+
+class CostRules:
+    """Hop bandwidths, reduction rates and labels for one (topology, dtype, operation size)."""
+
+    def __init__(self, topology, dtype: object = "float32", op_bytes: int = 0) -> None:
+        self.topology = topology
+        self.dtype = dtype_name(dtype)
+        self.itemsize = itemsize(dtype)
+        self.host_rate = float(topology.reduce_throughput(dtype))
+        self.world_size = int(topology.world_size)
+        self.num_nodes = int(topology.num_nodes)
+        nv, sh = topology.nvls, topology.sharp
+        self.nvls_factor = float(nv.derate) if nv is not None and nv.enabled else 1.0
+        lo = getattr(topology, "nvswitch_base", self.num_nodes)
+        hi = getattr(topology, "fabric_base", self.num_nodes)
+        self.nvswitch_range = (int(lo), int(hi))
+        self.fabric_start = int(hi)
+        self.sharp = sh if sh is not None and sh.enabled else None
+        self.protocol = self.sharp.protocol(int(op_bytes)) if self.sharp is not None else None
+
+    @property
+    def key(self) -> tuple:
+        """What the effective bandwidths depend on beyond the topology (part of the analytic cache key)."""
+        return (self.dtype, self.protocol)
+
+    def is_nvswitch(self, nodes: np.ndarray) -> np.ndarray:
+        lo, hi = self.nvswitch_range
+        return (nodes >= lo) & (nodes < hi)
+
+    def is_fabric_switch(self, nodes: np.ndarray) -> np.ndarray:
+        return nodes >= self.fabric_start
+
+    def hop_bandwidth(self, src: np.ndarray, dst: np.ndarray, links: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(effective bandwidth (F, H), in-network factor applied (F, H)) of each hop of each flow; inf where the
+        hop is padding."""
+        on = links >= 0
+        bw = np.full(links.shape, np.inf)
+        if on.any():
+            bw[on] = self.topology.link_bandwidth(links[on])
+        factor = np.ones(links.shape)
+        nvs = np.broadcast_to(self.is_nvswitch(src) | self.is_nvswitch(dst), links.shape)
+        if self.nvls_factor != 1.0 and nvs.any():
+            factor[nvs] = self.nvls_factor
+        fab = np.broadcast_to(self.is_fabric_switch(src) | self.is_fabric_switch(dst), links.shape)
+        if self.sharp is not None and fab.any():
+            if self.protocol == "sat":
+                factor[fab] = self.sharp.sat_efficiency
+            else:
+                lat = np.zeros(links.shape)
+                lat[on] = self.topology.link_latency(links[on])
+                cap = self.sharp.ost_quota * self.sharp.ost_size / np.maximum(2 * lat, 1e-12)
+                f = np.where(on, np.minimum(1.0, cap / np.where(on, bw, 1.0)), 1.0)
+                factor[fab] = f[fab]
+        return bw * factor, factor
+
+    def path_latency(self, links: np.ndarray) -> np.ndarray:
+        lat = np.zeros(links.shape)
+        on = links >= 0
+        if on.any():
+            lat[on] = self.topology.link_latency(links[on])
+        return lat
+
+    def reduce_rate(self, nodes: np.ndarray) -> np.ndarray:
+        """Bytes/s at which each node reduces what it receives (inf: switches reduce in line)."""
+        return np.where(nodes < self.world_size, self.host_rate, np.inf)
+
+    def tier_counts(self, links: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """Sum of weights[f] over every hop of every flow, per link tier: (len(TIERS),)."""
+        on = links >= 0
+        if not on.any():
+            return np.zeros(len(TIERS))
+        tiers = self.topology.link_tier(links[on]).astype(np.int64)
+        w = np.broadcast_to(weights.reshape(-1, 1), links.shape)[on]
+        return np.bincount(tiers, weights=w, minlength=len(TIERS))[:len(TIERS)]
+
+    def link_name(self, link: int) -> str:
+        return self.topology.link_label(int(link))
+
+    def node_name(self, node: int) -> str:
+        return self.topology.node_label(int(node))
+
+    def aggregation_name(self, src: int, dst: int) -> str:
+        """Readable name of the in-network resource a switch-touching message runs through."""
+        sw = dst if dst >= self.world_size else src
+        if self.is_nvswitch(np.array([sw]))[0]:
+            return f"switch aggregation: NVLS at {self.node_name(sw)} (derate {self.nvls_factor:g})"
+        proto = (self.protocol or "sat").upper()
+        return f"switch aggregation: SHARP {proto} at {self.node_name(sw)}"
+
+
+__all__ = ["CostRules", "itemsize"]

@@ -1,0 +1,627 @@
+"""The Communicator: collectives on numpy arrays under mpiexec, executing the library's schedules over MPI.
+
+Calls on one communicator complete in the order they were issued. Each call becomes a *task* in the
+communicator's queue; only the head task has requests posted (one collective at a time owns the receive
+scratch), and progress is made whenever the caller enters the communicator: a blocking call, `Work.wait()`,
+`Work.test()`, or issuing another call. No progress thread: MPI is only ever called from the user's thread.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import time
+import weakref
+from collections import OrderedDict, deque
+from collections.abc import Callable
+
+import numpy as np
+from mpi4py import MPI
+
+from .. import algorithms as _builtins  # noqa: F401  (registers the built-in algorithms)
+from .. import registry
+from ..kernels import SUPPORTED_DTYPES
+from ..kernels._dtypes import dtype_name
+from ..reduction import check_op, finalize
+from ..schedule.collective import REDUCING, ROOTED
+from . import daemon as _daemon
+from . import executor as _executor
+from .choice import Choice, choose, native_below, native_supports
+from .domains import find_domains, topology_for
+from .errors import CollectiveTimeoutError, CommunicatorClosedError
+from .executor import Execution, ProcPlan, wait_until
+from .placement import daemon_placement, leader_placement
+
+_NATIVE_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
+_NATIVE_DTYPES = frozenset(d for d in SUPPORTED_DTYPES if native_supports(d))
+_SMALL_NATIVE = Choice("native", {}, "message below the native threshold (see collectives.transport.choice): "
+                                     "MPI's own Allreduce has less per-call overhead at this size")
+_CACHE_SIZE = 64
+
+
+def _default_timeout() -> float | None:
+    value = os.environ.get("COLLECTIVES_TIMEOUT", "600")
+    return None if value.lower() in ("", "none", "0", "inf") else float(value)
+
+
+def _local_ranks(comm: MPI.Comm) -> int:
+    """Ranks of `comm` on this host."""
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        return local.Get_size()
+    finally:
+        local.Free()
+
+
+class Work:
+    """Handle of an `async_op=True` call: `wait()` returns the output, `test()` polls (and makes progress)."""
+
+    def __init__(self, comm: Communicator, task: _Task) -> None:
+        self._comm = comm
+        self._task = task
+
+    def wait(self, timeout: float | None = None):
+        """Block until done (at most `timeout` s, default the communicator's) and return the output."""
+        self._comm._wait_for(self._task, timeout)
+        return self._task.result
+
+    def test(self) -> bool:
+        """True once complete; advances this and earlier calls without blocking."""
+        if not self._task.done:
+            self._comm._progress()
+        return self._task.done
+
+    is_completed = test
+
+    @property
+    def seq(self) -> int:
+        return self._task.seq
+
+    @property
+    def algorithm(self) -> str:
+        return self._task.choice.algorithm
+
+    @property
+    def reason(self) -> str:
+        return self._task.choice.reason
+
+    def __repr__(self) -> str:
+        state = "done" if self._task.done else "pending"
+        return f"<Work #{self.seq} {self._task.collective} {self.algorithm} {state}>"
+
+
+class _Task:
+    """One issued call: `start` posts it, `advance` progresses it without blocking, `complete` writes outputs."""
+
+    events = 0
+
+    def __init__(self, seq: int, collective: str, choice: Choice, finish: Callable[[], object]) -> None:
+        self.seq = seq
+        self.collective = collective
+        self.choice = choice
+        self.finish = finish
+        self.started = False
+        self.done = False
+        self.result = None
+
+    def start(self) -> None:
+        self.started = True
+
+    def advance(self) -> bool:
+        return True
+
+    def stuck(self) -> tuple[int | None, int | None, tuple[int, ...], int | None]:
+        return None, None, (), None
+
+
+class _NativeTask(_Task):
+    """MPI's own nonblocking collective (posted in issue order on every rank, as MPI requires)."""
+
+    def __init__(self, seq, collective, choice, finish, post: Callable[[], MPI.Request]) -> None:
+        super().__init__(seq, collective, choice, finish)
+        self._post = post
+        self._req: MPI.Request | None = None
+
+    def start(self) -> None:
+        self._req = self._post()
+        self.started = True
+
+    def advance(self) -> bool:
+        if self._req.Test():
+            self.events = 1
+            return True
+        return False
+
+
+class _ScheduleTask(_Task):
+    """A schedule's programs for the nodes this process hosts."""
+
+    def __init__(self, seq, collective, choice, finish, make_run: Callable[[], Execution],
+                 before_start: Callable[[], None] | None) -> None:
+        super().__init__(seq, collective, choice, finish)
+        self._make_run = make_run
+        self._before_start = before_start
+        self.run: Execution | None = None
+
+    def start(self) -> None:
+        if self._before_start is not None:
+            self._before_start()
+        self.run = self._make_run()
+        self.started = True
+
+    def advance(self) -> bool:
+        done = self.run.advance()
+        self.events = self.run.events
+        return done
+
+    def stuck(self):
+        rnd, index, peers = self.run.stuck() if self.run else (None, None, ())
+        return rnd, index, peers, self.run.last_completed if self.run else None
+
+
+class Communicator:
+    """Collectives over an MPI communicator (duplicated: the library's messages never meet the user's).
+
+    Create with `collectives.init(...)`. `stats` counts the bytes this rank's node sent and received through
+    the library's schedules (switch nodes it hosts under leader emulation are counted apart), so
+    `ring` (~2(p-1)/p·D per rank) and in-network reduction (~D) can be compared; native calls are counted
+    in `stats["native_calls"]` only.
+    """
+
+    def __init__(self, mpi_comm: MPI.Comm, *, ranks_per_domain: int | None = None, topology=None,
+                 timeout: float | None = None, world: _daemon.World | None = None) -> None:
+        self._comm = mpi_comm.Dup()
+        self.rank = self._comm.Get_rank()
+        self.size = self._comm.Get_size()
+        self.domains = find_domains(self._comm, ranks_per_domain)
+        _executor.note_host_ranks(_local_ranks(self._comm))
+        self._topology = topology
+        self.timeout = _default_timeout() if timeout is None else timeout
+        self._world = world  # set when this communicator owns the switch daemons
+        self._queue: deque[_Task] = deque()
+        self._seq = 0
+        self._completed = 0
+        self._schedules: OrderedDict = OrderedDict()
+        self._plans: OrderedDict = OrderedDict()
+        self._tag_ub = self._comm.Get_attr(MPI.TAG_UB)
+        self._closed = False
+        self._failure: BaseException | None = None
+        self.last_choice: Choice | None = None
+        self.stats = self._zero_stats()
+        self._pending_orders: list[MPI.Request] = []  # orders to switch daemons still being sent
+        self._waiting: _Task | None = None
+        _live.add(self)
+
+    # -- properties -----------------------------------------------------------------------------------
+    @property
+    def mpi_comm(self) -> MPI.Comm:
+        """The library's duplicate of the communicator (ranks in the same order as the one passed in)."""
+        return self._comm
+
+    @property
+    def daemons(self) -> int:
+        """Number of switch daemons serving this communicator (0: switch nodes run on the ranks)."""
+        w = self._world
+        return len(w.daemon_procs) if w is not None and w.serving else 0
+
+    @property
+    def topology(self):
+        """The topology hierarchical algorithms get: the one passed to init, else built from the domains."""
+        if self._topology is None:
+            self._topology = topology_for(self.domains)
+        return self._topology
+
+    @staticmethod
+    def _zero_stats() -> dict[str, int]:
+        return {"calls": 0, "native_calls": 0, "bytes_sent": 0, "bytes_received": 0,
+                "switch_bytes_sent": 0, "switch_bytes_received": 0}
+
+    def reset_stats(self) -> None:
+        self.stats = self._zero_stats()
+
+    # -- the collectives ------------------------------------------------------------------------------
+    def allreduce(self, x, out=None, op: str = "sum", algorithm: str = "auto", *, async_op: bool = False,
+                  timeout: float | None = None, **params):
+        """Reduce `x` over all ranks into `out` (new array of x's shape if None; `out=x` in place)."""
+        if algorithm == "auto" and not async_op and not params and not self._queue:
+            fast = self._small_native_allreduce(x, out, op, timeout)
+            if fast is not None:
+                return fast
+        return self._call("allreduce", x, out, op, None, algorithm, async_op, timeout, params)
+
+    def _small_native_allreduce(self, x, out, op, timeout):
+        """auto's small-message path without the queue: the same checks, one Iallreduce, polled with a
+        deadline. Returns None (take the general path) unless every condition of the shortcut holds."""
+        if type(x) is not np.ndarray or x.dtype not in _NATIVE_DTYPES or op not in _NATIVE_OPS \
+                or x.nbytes >= native_below(_executor._oversubscribed) or self.size == 1 or not x.flags.c_contiguous:
+            return None
+        if out is None:
+            out = np.empty_like(x)
+            send = x
+        elif out is x:
+            send = MPI.IN_PLACE
+            if not x.flags.writeable:
+                return None
+        elif type(out) is not np.ndarray or out.dtype != x.dtype or out.size != x.size \
+                or out.base is not None or x.base is not None or not out.flags.writeable \
+                or not out.flags.c_contiguous:
+            return None  # the general path checks views for overlap and raises the precise errors
+        else:
+            send = x
+        self._check_open()
+        self._seq += 1
+        self.stats["calls"] += 1
+        self.stats["native_calls"] += 1
+        self.last_choice = _SMALL_NATIVE
+        req = self._comm.Iallreduce(send, out, _NATIVE_OPS[op])
+        polls = 0
+        while not req.Test():
+            polls += 1
+            if _executor._oversubscribed:
+                os.sched_yield()
+            if polls & 1023 == 0:
+                self._queue.append(_NativeTask(self._seq, "allreduce", _SMALL_NATIVE, lambda: out, lambda: req))
+                self._waiting = self._queue[-1]
+                self._wait_for(self._waiting, timeout)  # bounded wait with the full timeout report
+                return out
+        return out
+
+    def reduce_scatter(self, x, out=None, op: str = "sum", algorithm: str = "auto", *, async_op: bool = False,
+                       timeout: float | None = None, **params):
+        """Reduce `x` (p·k elements) over all ranks; rank r gets elements [r·k, (r+1)·k) of the result."""
+        return self._call("reduce_scatter", x, out, op, None, algorithm, async_op, timeout, params)
+
+    def allgather(self, x, out=None, algorithm: str = "auto", *, async_op: bool = False,
+                  timeout: float | None = None, **params):
+        """Concatenate every rank's `x` (k elements) in rank order: p·k elements on every rank."""
+        return self._call("allgather", x, out, "sum", None, algorithm, async_op, timeout, params)
+
+    def broadcast(self, x, root: int = 0, algorithm: str = "auto", *, async_op: bool = False,
+                  timeout: float | None = None, **params):
+        """Copy root's `x` into every rank's `x` (in place) and return it."""
+        return self._call("broadcast", x, x, "sum", root, algorithm, async_op, timeout, params)
+
+    def reduce(self, x, out=None, root: int = 0, op: str = "sum", algorithm: str = "auto", *,
+               async_op: bool = False, timeout: float | None = None, **params):
+        """Reduce `x` over all ranks onto `root` (returns the result there, None elsewhere)."""
+        return self._call("reduce", x, out, op, root, algorithm, async_op, timeout, params)
+
+    def barrier(self, *, async_op: bool = False, timeout: float | None = None):
+        """Wait until every rank has entered the barrier (after this rank's earlier calls completed)."""
+        self._check_open()
+        task = _NativeTask(self._next_seq(), "barrier", Choice("native", {}, "barrier is MPI's own"),
+                           lambda: None, self._comm.Ibarrier)
+        return self._submit(task, async_op, timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Finish pending calls, stop the switch daemons this communicator owns, free the MPI communicator."""
+        if self._closed:
+            return
+        try:
+            if self._queue and self._failure is None:
+                self._wait_for(self._queue[-1], timeout)
+        finally:
+            self._closed = True
+            if self._world is not None and self.rank == 0:
+                _daemon.stop_daemons(self._world)
+            elif self._world is not None:
+                self._world.serving = False
+            _live.discard(self)
+            if self._failure is None:
+                self._comm.Free()
+
+    def __enter__(self) -> Communicator:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<collectives.Communicator rank {self.rank}/{self.size}, {len(self.domains)} domain(s), "
+                f"{self.daemons} switch daemon(s)>")
+
+    # -- one call: validate (before any communication), choose, build, queue ---------------------------
+    def _call(self, collective, x, out, op, root, algorithm, async_op, timeout, params):
+        self._check_open()
+        p = self.size
+        x = self._check_input(collective, x)
+        dtype = x.dtype
+        kernel_op = check_op(op, dtype) if collective in REDUCING else "sum"
+        if collective in ROOTED and (not isinstance(root, (int, np.integer)) or not 0 <= root < p):
+            raise ValueError(f"{collective} root must be an integer in [0, {p}), got {root!r}")
+        root = int(root) if collective in ROOTED else None
+        count = x.size
+        if collective == "reduce_scatter" and count % p:
+            raise ValueError(f"reduce_scatter input must have a multiple of the world size {p} elements "
+                             f"(p·k, rank r gets block r), got {count}")
+        out = self._check_output(collective, x, out, root)
+        choice = self._choose(collective, algorithm, dtype, count, params)
+        self.last_choice = choice
+        work, finish = self._buffers(collective, x, out, op, root)
+        seq = self._next_seq()
+        self.stats["calls"] += 1
+        if choice.algorithm == "copy" or p == 1:
+            task = _Task(seq, collective, choice, finish)
+        elif choice.algorithm == "native":
+            self.stats["native_calls"] += 1
+            task = _NativeTask(seq, collective, choice, finish,
+                               self._native_post(collective, x, work, out, op, root))
+        else:
+            task = self._schedule_task(seq, collective, choice, finish, work, count, dtype, kernel_op, root)
+        return self._submit(task, async_op, timeout)
+
+    def _check_open(self) -> None:
+        if self._failure is not None:
+            raise CommunicatorClosedError(f"this communicator failed earlier ({self._failure}); create a new one "
+                                          "with collectives.init()") from self._failure
+        if self._closed:
+            raise CommunicatorClosedError("this communicator was closed; create a new one with collectives.init()")
+
+    def _check_input(self, collective: str, x) -> np.ndarray:
+        if collective == "broadcast":
+            if not isinstance(x, np.ndarray):
+                raise TypeError(f"broadcast works in place: x must be a numpy.ndarray, got {type(x).__name__}")
+            self._check_writable(x, "x (broadcast writes it in place)")
+        else:
+            x = np.asarray(x)
+        if x.dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"unsupported dtype {x.dtype}; supported: "
+                            f"{', '.join(dtype_name(d) for d in SUPPORTED_DTYPES)}")
+        return x
+
+    @staticmethod
+    def _check_writable(a: np.ndarray, name: str) -> None:
+        if not a.flags.writeable:
+            raise ValueError(f"{name} is read-only; pass a writeable array (np.array(a) makes a copy)")
+        if not a.flags.c_contiguous:
+            raise ValueError(f"{name} must be C-contiguous; pass np.ascontiguousarray(a) or a fresh array")
+
+    def _check_output(self, collective, x, out, root):
+        if collective == "broadcast":
+            return x
+        p, n = self.size, x.size
+        if out is None:
+            return None
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
+        if out.dtype != x.dtype:
+            raise TypeError(f"out has dtype {dtype_name(out.dtype)} but x has {dtype_name(x.dtype)}; they must match")
+        want = {"reduce_scatter": n // p, "allgather": n * p}.get(collective, n)
+        if out.size != want:
+            raise ValueError(f"{collective} out must have {want} elements for an input of {n} on {p} ranks, "
+                             f"got {out.size}")
+        self._check_writable(out, "out")
+        if out is not x and np.may_share_memory(out, x) and out.size:
+            raise ValueError("out overlaps x without being x itself; pass out=x (in place) or separate arrays")
+        return out
+
+    def _choose(self, collective, algorithm, dtype, count, params) -> Choice:
+        if algorithm == "auto":
+            if params:
+                raise ValueError(f"parameters {sorted(params)} need an explicit algorithm, not 'auto'")
+            return choose(collective, count * dtype.itemsize, dtype, self.size, registry.names(collective),
+                          oversubscribed=_executor._oversubscribed)
+        if algorithm == "native":
+            if not native_supports(dtype):
+                raise TypeError(f"algorithm 'native' (MPI's own {collective}) cannot take bfloat16: MPI has no "
+                                f"bfloat16 type; use algorithm='auto' or one of: "
+                                f"{', '.join(registry.names(collective))}")
+            if params:
+                raise ValueError(f"algorithm 'native' takes no parameters, got {sorted(params)}")
+            return Choice("native", {}, "requested")
+        info = registry.info(algorithm)  # unknown name: ValueError listing the valid ones
+        if collective not in info.collectives:
+            raise ValueError(f"algorithm {algorithm!r} does not implement {collective}; algorithms for "
+                             f"{collective}: {', '.join(registry.names(collective) + ['native', 'auto'])}")
+        return Choice(algorithm, dict(params), "requested")
+
+    def _buffers(self, collective, x, out, op, root):
+        """The rank's work buffer (input placed per the collective's contract) and the `finish` that
+        produces the call's result from it."""
+        p, r, n = self.size, self.rank, x.size
+        flat = x.reshape(-1)
+        if collective == "allreduce" or (collective == "reduce" and r == root):
+            if out is None:
+                out = np.empty(x.shape, dtype=x.dtype)
+            work = out.reshape(-1)
+            if out is not x:
+                work[...] = flat
+            return work, lambda: self._finalize(out, op)
+        if collective == "reduce":
+            work = flat.copy()  # partial sums never touch the caller's buffers on non-roots
+            return work, lambda: None
+        if collective == "broadcast":
+            return flat, lambda: x
+        if collective == "reduce_scatter":
+            k = n // p
+            work = flat.copy()
+            if out is None:
+                shape = (x.shape[0] // p, *x.shape[1:]) if x.ndim >= 1 and x.shape[0] % p == 0 else (k,)
+                out = np.empty(shape, dtype=x.dtype)
+
+            def finish():
+                out.reshape(-1)[...] = work[r * k:(r + 1) * k]
+                return self._finalize(out, op)
+            return work, finish
+        # allgather
+        if out is None:
+            out = np.empty((p * x.shape[0], *x.shape[1:]) if x.ndim else (p,), dtype=x.dtype)
+        work = out.reshape(-1)
+        work[r * n:(r + 1) * n] = flat
+        return work, lambda: out
+
+    def _finalize(self, out: np.ndarray, op: str) -> np.ndarray:
+        finalize(out.reshape(-1), op, self.size)
+        return out
+
+    def _native_post(self, collective, x, work, out, op, root) -> Callable[[], MPI.Request]:
+        c, mop, r = self._comm, _NATIVE_OPS.get(check_op(op), MPI.SUM), self.rank
+        if collective == "allreduce":
+            return lambda: c.Iallreduce(MPI.IN_PLACE, work, mop)
+        if collective == "reduce":
+            if r == root:
+                return lambda: c.Ireduce(MPI.IN_PLACE, work, mop, root)
+            return lambda: c.Ireduce(work, None, mop, root)
+        if collective == "broadcast":
+            return lambda: c.Ibcast(work, root)
+        if collective == "reduce_scatter":
+            k = work.size // self.size
+            if k == 0:
+                return c.Ibarrier
+            send = work.copy()  # the result block lands where finish() reads it, as for schedules
+            return lambda: c.Ireduce_scatter_block(send, work[r * k:(r + 1) * k], mop)
+        n = x.size  # allgather: own block already in place
+        return lambda: c.Iallgather(MPI.IN_PLACE, work) if n else c.Ibarrier()
+
+    def _schedule(self, collective, choice: Choice, count: int, root):
+        algo = choice.algorithm
+        needs_topology = registry.info(algo).needs_topology
+        topology = self.topology if needs_topology else None
+        key = (collective, algo, self.size, count, root, repr(sorted(choice.params.items())), needs_topology)
+        schedule = self._schedules.get(key)
+        if schedule is None:
+            schedule = registry.build(algo, collective=collective, world_size=self.size, count=count, root=root,
+                                      topology=topology, **choice.params)
+            self._schedules[key] = schedule
+            if len(self._schedules) > _CACHE_SIZE:
+                self._schedules.popitem(last=False)
+        self._schedules.move_to_end(key)
+        return key, schedule, topology
+
+    def _schedule_task(self, seq, collective, choice, finish, work, count, dtype, kernel_op, root):
+        key, schedule, topology = self._schedule(collective, choice, count, root)
+        daemons = self.daemons and schedule.num_nodes > schedule.world_size
+        plan_key = (key, daemons)
+        plan = self._plans.get(plan_key)
+        if plan is None:
+            if daemons:
+                w = self._world
+                placement = daemon_placement(self.size, schedule.num_nodes, w.app_procs, w.daemon_procs)
+                proc = w.fabric.Get_rank()
+            else:
+                placement, proc = leader_placement(self.size, schedule.num_nodes), self.rank
+            plan = self._plans[plan_key] = ProcPlan.build(schedule, placement, proc)
+            if len(self._plans) > _CACHE_SIZE:
+                self._plans.popitem(last=False)
+        self._plans.move_to_end(plan_key)
+        carrier = self._world.fabric if daemons else self._comm
+        L = plan.placement.slots
+        tag_base = (seq % ((self._tag_ub + 1) // (L * L))) * L * L
+        me = self.rank
+
+        def make_run() -> Execution:
+            works = [work if node == me else np.zeros(schedule.work_size, dtype=dtype) for node in plan.nodes]
+            isz = dtype.itemsize
+            for node in plan.nodes:
+                if node < self.size:
+                    self.stats["bytes_sent"] += plan.sent_elements[node] * isz
+                    self.stats["bytes_received"] += plan.received_elements[node] * isz
+                else:
+                    self.stats["switch_bytes_sent"] += plan.sent_elements[node] * isz
+                    self.stats["switch_bytes_received"] += plan.received_elements[node] * isz
+            return Execution(plan, carrier, works, kernel_op, seq, tag_base)
+
+        before = None
+        if daemons and self.rank == 0:
+            order = ("run", seq, collective, choice.algorithm, count, dtype_name(dtype), root, kernel_op,
+                     dict(choice.params), topology, self.size)
+            before = lambda: self._pending_orders.extend(_daemon.send_orders(self._world, order))  # noqa: E731
+        return _ScheduleTask(seq, collective, choice, finish, make_run, before)
+
+    # -- queue and progress ---------------------------------------------------------------------------
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _submit(self, task: _Task, async_op: bool, timeout: float | None):
+        self._queue.append(task)
+        if async_op:
+            self._progress()
+            return Work(self, task)
+        self._wait_for(task, timeout)
+        return task.result
+
+    def _progress(self) -> None:
+        """Advance queued calls in issue order as far as possible without blocking."""
+        while self._queue:
+            head = self._queue[0]
+            if not head.started:
+                head.start()
+            if not head.advance():
+                return
+            head.result = head.finish()
+            head.done = True
+            self._completed += 1
+            self._queue.popleft()
+        if self._pending_orders:
+            self._pending_orders = [r for r in self._pending_orders if not r.Test()]
+
+    @property
+    def events(self) -> int:
+        return self._completed * 1_000_003 + (self._queue[0].events if self._queue else 0)
+
+    def advance(self) -> bool:  # the waiter's view of the queue (see _wait_for)
+        self._progress()
+        return self._waiting.done
+
+    def _wait_for(self, task: _Task, timeout: float | None) -> None:
+        if task.done:
+            return
+        if self._failure is not None:
+            self._check_open()
+        limit = self.timeout if timeout is None else timeout
+        deadline = None if limit is None else time.monotonic() + limit
+        self._waiting = task
+        try:
+            wait_until(self, deadline, lambda: self._timeout_error(task, limit))
+        except CollectiveTimeoutError as exc:
+            self._failure = exc
+            for t in self._queue:
+                if isinstance(t, _ScheduleTask) and t.run is not None:
+                    t.run.cancel()
+            raise
+
+    def _timeout_error(self, waited: _Task, limit: float) -> CollectiveTimeoutError:
+        head = self._queue[0]
+        rnd, index, peers, last = head.stuck()
+        labels = ", ".join(f"rank {n}" if n < self.size else f"switch node {n}" for n in peers) or "none known"
+        where = "" if rnd is None else f" in round {rnd}, first unfinished op {index} (last completed op {last})"
+        extra = "" if head is waited else f"; the awaited call #{waited.seq} ({waited.collective}) queues behind it"
+        return CollectiveTimeoutError(
+            f"rank {self.rank}: {head.collective} #{head.seq} (algorithm {head.choice.algorithm}) did not complete "
+            f"within {limit} s{where}; awaiting {labels}{extra}. A peer may be dead, stuck, or have called a "
+            "different collective; set COLLECTIVES_TIMEOUT or timeout= to wait longer",
+            collective=head.collective, algorithm=head.choice.algorithm, seq=head.seq, round=rnd, op_index=index,
+            peers=peers, last_completed=last, timeout=limit)
+
+
+_live: weakref.WeakSet[Communicator] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    """At exit, finish and close live communicators (this also stops switch daemons)."""
+    for comm in list(_live):
+        try:
+            comm.close()
+        except Exception:  # noqa: BLE001 - exiting anyway; never hang or mask the real error
+            pass
+
+
+def init(mpi_comm: MPI.Comm | None = None, *, ranks_per_domain: int | None = None, topology=None,
+         timeout: float | None = None) -> Communicator:
+    """Create a Communicator over `mpi_comm` (default: MPI_COMM_WORLD, minus any switch daemons).
+
+    With mpi_comm=None every process of MPI_COMM_WORLD must take part: the app ranks here, switch daemons
+    started with `mpiexec ... : -n D python -m collectives.switchd` in their own loop. The first such
+    communicator owns the daemons; the app's own MPI traffic then belongs on `comm.mpi_comm` (or a Dup of it),
+    not on MPI_COMM_WORLD, which includes the daemons.
+    """
+    world = None
+    if mpi_comm is None:
+        world = _daemon.split_world(_daemon.APP)
+        mpi_comm = world.local
+        if not world.serving or any(c._world is world for c in _live):
+            world = None
+    return Communicator(mpi_comm, ranks_per_domain=ranks_per_domain, topology=topology, timeout=timeout,
+                        world=world)

@@ -1,0 +1,80 @@
+"""The MPI transport under the venv's real mpiexec: one launch per world size runs many cases inside.
+
+Each launch runs tests/mpi_programs/check_collectives.py, which checks every registered algorithm x collective
+x dtype x op against the emulator (bitwise) and MPI's own collectives, and prints `RESULT {json}`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mpi4py")
+
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+PROGRAMS = Path(__file__).parent / "mpi_programs"
+CHECK = PROGRAMS / "check_collectives.py"
+TIMEOUT = 150  # seconds per launch (oversubscribed on small machines)
+
+pytestmark = pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no mpiexec next to {sys.executable}")
+
+
+def launch(*groups: list[str], timeout: float = TIMEOUT) -> dict:
+    """Run `mpiexec group : group ...` and return rank 0's RESULT."""
+    env = dict(os.environ, MPIEXEC_TIMEOUT=str(int(timeout)), COLLECTIVES_TIMEOUT="60")
+    cmd = [str(MPIEXEC)]
+    for k, group in enumerate(groups):
+        cmd += ([":"] if k else []) + group
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 15, env=env)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, (
+        f"{' '.join(cmd)} exited {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def app(n: int, *args: str) -> list[str]:
+    return ["-n", str(n), sys.executable, str(CHECK), *args]
+
+
+def daemons(n: int) -> list[str]:
+    return ["-n", str(n), sys.executable, "-m", "collectives.switchd", "--path", str(PROGRAMS),
+            "--import", "check_collectives"]
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5, 6, 7, 8])
+def test_every_algorithm_and_collective(world_size):
+    counts = ["0", "1", "7", "50"] if world_size <= 4 else ["0", "9", "40"]
+    domains = ["--ranks-per-domain", "2"] if world_size in (4, 6, 8) else []  # 2-rank domains: switch trees
+    result = launch(app(world_size, "--counts", *counts, *domains))
+    assert result["failures"] == 0, result["messages"]
+    assert result["cases"] > 200
+    if world_size > 1:  # in-network reduction: each rank injects D bytes, ring 2(p-1)/p D
+        assert result["bytes_sent_per_rank"]["star"] == 4000
+        assert result["bytes_sent_per_rank"]["ring"] >= 4000 + (world_size > 2)
+        assert result["star_switch_bytes_on_rank0"] > 0  # leader emulation: rank 0 hosts a switch node
+
+
+@pytest.mark.parametrize("world_size,num_daemons", [(3, 2), (5, 1), (4, 3)])
+def test_switch_daemons(world_size, num_daemons):
+    result = launch(app(world_size, "--only", "star", "ring", "native"), daemons(num_daemons))
+    assert result["failures"] == 0, result["messages"]
+    assert result["daemons"] == num_daemons
+    assert result["star_switch_bytes_on_rank0"] == 0  # the switch nodes ran on the daemons
+    assert result["bytes_sent_per_rank"]["star"] == 4000
+
+
+def test_bad_calls_and_timeouts():
+    """18 bad calls raise before communicating; a missing peer raises CollectiveTimeoutError (issue 9 groundwork)."""
+    env = dict(os.environ, MPIEXEC_TIMEOUT="60")
+    cmd = [str(MPIEXEC), "-n", "2", sys.executable, str(PROGRAMS / "check_errors.py")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=75, env=env)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+    result = json.loads(lines[-1][len("RESULT "):])
+    assert result["failures"] == 0, result["messages"]
+    assert "awaiting rank 1" in result["timeout_message"]

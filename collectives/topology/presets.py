@@ -119,7 +119,7 @@ def _loopback_calibration() -> dict[str, Any]:
     data = _read_json(path)
     if data.get("kind", "cluster") != "cluster":
         raise ValueError(f"{path}: the loopback calibration must describe a cluster, not {data.get('kind')!r}")
-    data = {k: v for k, v in data.items() if k not in ("kind", "format")}
+    data = {k: v for k, v in data.items() if k not in ("kind", "format", "calibration")}
     check_names(data, ClusterSpec.fields(), f"calibration file {path}")
     return data
 
@@ -179,8 +179,9 @@ FORMAT = "collectives.topology/1"
 
 
 def from_dict(data: dict[str, Any]) -> Topology:
-    """Rebuild a topology from `Topology.to_dict()` output."""
-    data = {k: v for k, v in data.items() if k != "format"}
+    """Rebuild a topology from `Topology.to_dict()` output (a "calibration" entry, the raw measurements
+    `collectives calibrate` keeps next to the parameters, is metadata and ignored here)."""
+    data = {k: v for k, v in data.items() if k not in ("format", "calibration")}
     kind = data.pop("kind", "cluster")
     if kind == "cluster":
         return cluster(**data)

@@ -1,0 +1,85 @@
+"""`collectives calibrate`: measure this host under mpiexec and write the loopback topology the simulator uses.
+
+    mpiexec -n 4 collectives calibrate --out loopback.json
+
+Writes the topology to --out (if given) and, unless --no-default, to the calibration file
+`preset("loopback")` reads: $COLLECTIVES_CALIBRATION, else ~/.cache/collectives/loopback.json (see
+collectives.topology.calibration_path). Calibrate with the rank count you will benchmark with: with more ranks
+than cores the ranks share cores, and that is part of what gets measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("calibrate", help="measure this host under mpiexec and write a loopback topology",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", metavar="FILE", help="write the topology here (JSON, collectives.topology.load reads it)")
+    p.add_argument("--no-default", action="store_true",
+                   help="do not also write the default calibration file (preset('loopback') reads that one)")
+    p.add_argument("--quick", action="store_true", help="fewer repetitions (for tests; noisier)")
+    p.add_argument("--json", metavar="FILE", help="also write the raw measurements as JSON")
+    return p
+
+
+def run(args) -> int:
+    from ..benchmark.calibrate import calibrate, calibration_entry, topology_from
+    from ..topology import calibration_path, save
+    from ..transport import init
+
+    comm = init()
+    try:
+        def log(msg: str) -> None:
+            if comm.rank == 0:
+                print(f"# {msg}", file=sys.stderr, flush=True)
+
+        numbers = calibrate(comm, quick=args.quick, log=log)
+        if comm.rank != 0:
+            return 0
+        topo = topology_from(numbers)
+        targets = [args.out] if args.out else []
+        if not args.no_default:
+            targets.append(str(calibration_path()))
+        written = []
+        for path in targets:
+            out = save(topo, path)
+            data = json.loads(out.read_text())
+            data["calibration"] = calibration_entry(numbers)  # raw curves: metadata, topology.load ignores it
+            out.write_text(json.dumps(data, indent=2) + "\n")
+            written.append(str(out))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(numbers, f, indent=1)
+                f.write("\n")
+        _report(numbers, topo, written)
+        return 0
+    finally:
+        comm.close()
+
+
+def _report(numbers: dict, topo, written: list[str]) -> None:
+    p = numbers["ranks"]
+    print(f"# collectives calibrate: {p} ranks{' (more ranks than cores)' if numbers['oversubscribed'] else ''}")
+    print("# point-to-point ping-pong (one way, all pairs at once)")
+    print(f"# {'size (B)':>12}  {'time (us)':>10}  {'GB/s':>8}")
+    for n, t in numbers["pingpong_one_way_s"]:
+        print(f"  {n:12d}  {t * 1e6:10.2f}  {n / t / 1e9 if t else 0:8.3f}")
+    print(f"p2p fit                  : {numbers['p2p_latency_s'] * 1e6:.2f} us + n / {numbers['p2p_bandwidth'] / 1e9:.3f} GB/s")
+    print("# exchange (every rank sends and receives n bytes at once)")
+    for n, t in numbers["exchange_s"]:
+        print(f"  {n:12d}  {t * 1e6:10.2f}  {n / t / 1e9 if t else 0:8.3f}")
+    print(f"exchange fit             : {numbers['exchange_latency_s'] * 1e6:.2f} us + n / "
+          f"{numbers['exchange_bandwidth'] / 1e9:.3f} GB/s")
+    print(f"memcpy (shared memory)   : {numbers['memcpy_bandwidth'] / 1e9:.3f} GB/s per rank")
+    print(f"transport round cost     : {numbers['transport_round_s'] * 1e6:.2f} us (ring allreduce of {p} floats)")
+    print("reduce_into 2 inputs     : " + ", ".join(f"{k} {v / 1e9:.2f}" for k, v in numbers["reduce_bandwidth"].items())
+          + " GB/s")
+    spec = topo.to_dict()
+    print(f"topology                 : loopback, nvlink_bandwidth {spec['nvlink_bandwidth'] / 1e9:.3f} GB/s, "
+          f"nvlink_latency {spec['nvlink_latency'] * 1e6:.2f} us per hop (2 hops per message)")
+    for path in written:
+        print(f"wrote {path}")

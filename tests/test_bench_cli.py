@@ -1,0 +1,156 @@
+"""`collectives bench` and `collectives calibrate` under the venv's real mpiexec (few short launches, < 90 s total),
+plus the pure helpers (sizes, nccl-tests formatting, reference data) without MPI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from collectives.benchmark import format as fmt
+from collectives.benchmark.data import Pattern, count_wrong
+from collectives.benchmark.sizes import parse_size, sweep
+
+BIN = Path(sys.executable).parent
+MPIEXEC = BIN / "mpiexec"
+CLI = BIN / "collectives"
+TIMEOUT = 60
+
+needs_mpi = pytest.mark.skipif(not (MPIEXEC.exists() and CLI.exists()), reason="no mpiexec/collectives in the venv")
+
+
+def mpirun(n: int, *args: str, tmp_path: Path, timeout: int = TIMEOUT) -> subprocess.CompletedProcess:
+    env = dict(os.environ, MPIEXEC_TIMEOUT=str(timeout), COLLECTIVES_TIMEOUT="30",
+               COLLECTIVES_CALIBRATION=str(tmp_path / "default-calibration.json"))
+    return subprocess.run([str(MPIEXEC), "-n", str(n), str(CLI), *args], capture_output=True, text=True,
+                          timeout=timeout + 15, env=env, cwd=tmp_path)
+
+
+def table_rows(stdout: str) -> list[list[str]]:
+    return [line.split() for line in stdout.splitlines() if line.strip() and not line.startswith("#")]
+
+
+# -- pure helpers ------------------------------------------------------------------------------------------------
+def test_sizes():
+    assert [parse_size(s) for s in ("8", "64K", "1M", "1.5M", "2G", "4KB", "1MiB")] == \
+        [8, 65536, 1 << 20, 3 << 19, 2 << 30, 4096, 1 << 20]
+    assert sweep(8, 128, factor=2) == [8, 16, 32, 64, 128]
+    assert sweep(8, 64 << 20, factor=4)[-1] == 32 << 20
+    assert sweep(100, 400, increment=100) == [100, 200, 300, 400]
+    with pytest.raises(ValueError):
+        parse_size("12X")
+
+
+def test_row_keeps_nccl_fields_in_place():
+    res = {"time_us": 123.456, "algbw": 1.5, "busbw": 2.25, "wrong": 0}
+    line = fmt.row(nbytes=1048576, count=262144, type_name="float", redop="sum", root=-1, out_of_place=res,
+                   in_place=res, algorithm="auto->ring", predicted_us=110.0, predict=True)
+    f = line.split()
+    assert f[:5] == ["1048576", "262144", "float", "sum", "-1"]
+    assert f[5:13] == ["123.5", "1.50", "2.25", "0", "123.5", "1.50", "2.25", "0"]
+    assert f[13:] == ["110.0", "auto->ring"]
+    assert line.startswith(f"{1048576:12d}  {262144:12d}  {'float':>8}  {'sum':>6}  {-1:6d}")
+    assert fmt.time_str(12345.6).strip() == "12346" and fmt.time_str(5.0) == "   5.00"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "int8", "uint32", "float64"])
+@pytest.mark.parametrize("op", ["sum", "prod", "min", "max"])
+def test_reference_is_exact(dtype, op):
+    from collectives.kernels import reduce_into
+    from collectives.kernels._dtypes import SUPPORTED_DTYPES, dtype_name
+
+    dt = {dtype_name(d): d for d in SUPPORTED_DTYPES}[dtype]
+    p, count = 5, 3001
+    pat = Pattern(dt, op, p)
+    inputs = [pat.input(r, 0, count) for r in range(p)]
+    got = inputs[0].copy()
+    reduce_into(got, [got, *inputs[1:]], op)
+    assert count_wrong(got, pat.reference(0, count)) == 0
+    got[17] += 1
+    assert count_wrong(got, pat.reference(0, count)) == 1
+
+
+# -- under mpiexec -----------------------------------------------------------------------------------------------
+@needs_mpi
+def test_bench_allreduce_table_json_csv(tmp_path):
+    proc = mpirun(2, "bench", "allreduce", "-b", "8", "-e", "64K", "-f", "8", "-n", "3", "-w", "1", "-d", "half",
+                  "--algorithms", "native,auto,ring,rabenseifner", "--json", "m.json", "--csv", "m.csv",
+                  tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert "#       size         count      type   redop    root     time   algbw   busbw #wrong" in out
+    assert "# Out of bounds values : 0 OK" in out and "# Avg bus bandwidth    : " in out
+    rows = table_rows(out)
+    assert len(rows) == 5 * 4  # sizes 8, 64, 512, 4K, 32K x four algorithms
+    for f in rows:
+        assert f[2] == "half" and f[3] == "sum" and f[4] == "-1"
+        float(f[5]), float(f[6]), float(f[7]), float(f[9])
+        assert f[8] == "0" and f[12] == "0"
+    assert {f[-1] for f in rows} >= {"native", "ring", "rabenseifner"}
+    assert any(f[-1].startswith("auto->") for f in rows)
+    data = json.loads((tmp_path / "m.json").read_text())
+    assert len(data["measurements"]) == 2 * len(rows)  # out-of-place and in-place
+    assert all(len(m["times_us"]) == 3 for m in data["measurements"])
+    assert (tmp_path / "m.csv").read_text().count("\n") == 1 + 2 * len(rows)
+
+
+@needs_mpi
+def test_calibrate_then_predict_and_osu(tmp_path):
+    proc = mpirun(2, "calibrate", "--out", "cal.json", "--quick", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "transport round cost" in proc.stdout
+    from collectives.simulate import simulate
+    from collectives.topology import load
+
+    topo = load(tmp_path / "cal.json")
+    assert topo.world_size == 2 and topo.to_dict()["nvlink_bandwidth"] > 0
+    assert (tmp_path / "default-calibration.json").is_file()  # $COLLECTIVES_CALIBRATION: what preset reads
+    assert simulate("ring", topo, 1 << 20).time > 0
+
+    proc = mpirun(2, "bench", "reduce_scatter", "-b", "1K", "-e", "16K", "-f", "4", "-n", "2", "-w", "1",
+                  "--algorithms", "native,ring", "--predict", "cal.json", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = table_rows(proc.stdout)
+    assert len(rows) == 3 * 2
+    for f in rows:
+        assert f[9:13] == ["N/A"] * 4  # no in-place reduce_scatter in the Communicator API
+        assert (f[-2] == "n/a") == (f[-1] == "native")
+        if f[-1] == "ring":
+            assert float(f[-2]) > 0
+
+    proc = mpirun(2, "bench", "broadcast", "-b", "4", "-e", "4K", "-f", "32", "-n", "2", "-w", "0", "--osu", "--full",
+                  "-r", "1", "--algorithms", "native,binomial", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "# OSU MPI Broadcast Latency Test" in proc.stdout
+    assert "# Size       Avg Latency(us)" in proc.stdout
+    assert len(table_rows(proc.stdout)) == 3 * 2
+
+
+@needs_mpi
+def test_wrong_results_fail_on_every_rank(tmp_path, monkeypatch):
+    """A corrupted result on rank 1 only (a sitecustomize wraps Communicator.allgather) makes every rank exit 1."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "from collectives.transport.communicator import Communicator\n"
+        "_orig = Communicator.allgather\n"
+        "def bad(self, *a, **k):\n"
+        "    out = _orig(self, *a, **k)\n"
+        "    if self.rank == 1 and out.size: out[0] += 1\n"
+        "    return out\n"
+        "Communicator.allgather = bad\n")
+    env_path = os.environ.get("PYTHONPATH", "")
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{env_path}" if env_path else str(tmp_path))
+    proc = mpirun(2, "bench", "allgather", "-b", "64", "-e", "64", "-n", "1", "-w", "0", "--algorithms", "ring",
+                  tmp_path=tmp_path)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "# Out of bounds values : 0 OK" not in proc.stdout
+    assert "FAILED" in proc.stdout
+
+
+@needs_mpi
+def test_usage_errors_exit_2(tmp_path):
+    proc = mpirun(2, "bench", "allreduce", "-b", "8", "-e", "8", "--algorithms", "nosuch", tmp_path=tmp_path)
+    assert proc.returncode == 2 and "unknown algorithm 'nosuch'" in proc.stderr

@@ -1,0 +1,104 @@
+"""PyTorch backend: `import collectives.torch` registers the torch.distributed backend "collectives" (CPU).
+
+Under mpiexec::
+
+    import collectives.torch, torch.distributed as dist
+    collectives.torch.init_process_group()          # rank/world size from MPI, store bootstrapped over MPI
+    dist.all_reduce(tensor)                         # runs the library's algorithms and kernels
+
+`init_process_group(backend="gloo")` gives the same bootstrap to torch's own backends. See docs/torch.md.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import timedelta
+
+try:
+    import torch  # noqa: F401
+    import torch.distributed as dist
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("collectives.torch needs PyTorch: pip install 'collectives[torch]' (torch>=2.4; CI uses the "
+                      "CPU build of torch 2.13.0)") from exc
+
+from .process_group import (
+    BACKEND_NAME,
+    SUPPORTED_DTYPES,
+    CollectivesProcessGroup,
+    CompletedWork,
+    Options,
+    as_numpy,
+    create_process_group,
+)
+
+__all__ = ["BACKEND_NAME", "SUPPORTED_DTYPES", "CollectivesProcessGroup", "CompletedWork", "Options", "as_numpy",
+           "create_process_group", "init_process_group", "is_registered", "register"]
+
+
+def is_registered() -> bool:
+    """True once a backend named "collectives" is known to torch.distributed (by this or another import)."""
+    return BACKEND_NAME.upper() in getattr(dist.Backend, "_plugins", {}) or \
+        BACKEND_NAME in getattr(dist.Backend, "backend_list", [])
+
+
+def register() -> None:
+    """Register backend "collectives" for CPU tensors (idempotent: torch refuses a second registration)."""
+    if not is_registered():
+        dist.Backend.register_backend(BACKEND_NAME, create_process_group, extended_api=True, devices=["cpu"])
+
+
+register()
+
+
+def _master_host(comm) -> str:
+    """Where rank 0's store listens: MASTER_ADDR if set; 127.0.0.1 when every rank shares rank 0's host;
+    else rank 0's host name."""
+    if os.environ.get("MASTER_ADDR"):
+        return os.environ["MASTER_ADDR"]
+    from mpi4py import MPI
+
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        one_host = local.Get_size() == comm.Get_size()
+    finally:
+        local.Free()
+    return "127.0.0.1" if one_host else socket.gethostname()
+
+
+def init_process_group(backend: str = BACKEND_NAME, *, timeout: timedelta | float | None = None,
+                       **kwargs) -> tuple[int, int]:
+    """`dist.init_process_group` under mpiexec, with rank and world size from MPI: rank 0 starts a TCPStore on a
+    free port (chosen by the OS) and broadcasts host and port over MPI; no MASTER_ADDR/MASTER_PORT needed.
+
+    Works for any backend (backend="gloo" included). The ranks are those of MPI_COMM_WORLD minus switch daemons
+    (collectives.switchd). `timeout`: a timedelta or seconds (torch's default if None). Returns (rank, size).
+    """
+    from ..transport import daemon
+
+    comm = daemon.split_world(daemon.APP).local
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if timeout is not None and not isinstance(timeout, timedelta):
+        timeout = timedelta(seconds=float(timeout))
+    store_timeout = timeout or timedelta(minutes=5)
+    host = _master_host(comm)
+    store = None
+    port = None
+    if rank == 0:
+        try:
+            store = dist.TCPStore(host, int(os.environ.get("MASTER_PORT", 0)), size, is_master=True,
+                                  timeout=store_timeout, wait_for_workers=False)
+            port = store.port
+        except Exception as exc:  # noqa: BLE001 - tell the other ranks, then raise here
+            comm.bcast((host, None, repr(exc)), root=0)
+            raise
+        comm.bcast((host, port, None), root=0)
+    else:
+        host, port, error = comm.bcast(None, root=0)
+        if port is None:
+            raise RuntimeError(f"rank 0 could not start the rendezvous store: {error}")
+        store = dist.TCPStore(host, port, size, is_master=False, timeout=store_timeout)
+    if timeout is not None:
+        kwargs["timeout"] = timeout
+    dist.init_process_group(backend, store=store, rank=rank, world_size=size, **kwargs)
+    return rank, size

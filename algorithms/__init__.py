@@ -9,6 +9,7 @@ from collectives.registry import AlgorithmInfo, build, info, names, register
 from . import (  # noqa: F401  (registers)
     binomial,
     chain,
+    direct,
     double_binary_tree,
     hierarchical,
     nvls,

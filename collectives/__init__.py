@@ -10,7 +10,14 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from .errors import CollectivesError, CollectiveTimeoutError, CommunicatorClosedError, ScheduleError
+from .errors import (
+    CallMismatchError,
+    CollectivesError,
+    CollectiveTimeoutError,
+    CommunicatorClosedError,
+    PeerFailedError,
+    ScheduleError,
+)
 
 __version__ = "0.1.0"
 
@@ -51,5 +58,5 @@ if TYPE_CHECKING:  # pragma: no cover
     from .transport import Communicator, init  # noqa: F401
     from .verify import VerifyReport, verify  # noqa: F401
 
-__all__ = ["CollectiveTimeoutError", "CollectivesError", "CommunicatorClosedError", "ScheduleError", "__version__",
-           *_LAZY]
+__all__ = ["CallMismatchError", "CollectiveTimeoutError", "CollectivesError", "CommunicatorClosedError",
+           "PeerFailedError", "ScheduleError", "__version__", *_LAZY]

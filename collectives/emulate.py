@@ -14,7 +14,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from .execution import land_receives
-from .kernels import SUPPORTED_DTYPES
+from .kernels import SUPPORTED_DTYPES, round_into
+from .kernels._dtypes import HALF_CODES
 from .reduction import check_op, finalize
 from .schedule import OpKind, Schedule
 from .schedule.collective import REDUCING
@@ -37,19 +38,40 @@ def _check_inputs(schedule: Schedule, inputs: Sequence[np.ndarray]) -> np.dtype:
     return dtype
 
 
-def emulate(schedule: Schedule, inputs: Sequence[np.ndarray], op: str = "sum") -> list[np.ndarray | None]:
+ACCUMULATE = (None, "input", "float32")
+
+
+def check_accumulate(accumulate: str | None) -> str | None:
+    """Validate an `accumulate=` value: None or "input" (partial sums in the input dtype) or "float32"."""
+    if accumulate not in ACCUMULATE:
+        raise ValueError(f"accumulate must be one of None, 'input', 'float32', got {accumulate!r}")
+    return accumulate
+
+
+def widens(accumulate: str | None, dtype: np.dtype, collective: str) -> bool:
+    """True when `accumulate` makes a 16-bit float reduction run on float32 work buffers."""
+    return check_accumulate(accumulate) == "float32" and np.dtype(dtype) in HALF_CODES and collective in REDUCING
+
+
+def emulate(schedule: Schedule, inputs: Sequence[np.ndarray], op: str = "sum", *,
+            accumulate: str | None = None) -> list[np.ndarray | None]:
     """Run `schedule` over `inputs` (one array per rank) and return each rank's output (None: no output).
 
     `op` is one of sum, prod, min, max, avg (avg: sum, then divide once by the world size).
+    `accumulate="float32"` (float16/bfloat16 reductions only; a no-op otherwise): every work buffer, message
+    and reduction is float32 (inputs converted once when placed), and each output is rounded to the input
+    dtype once at the end. The default (None or "input") rounds to the input dtype at every reduction.
     """
     dtype = _check_inputs(schedule, inputs)
     kernel_op = check_op(op, dtype) if schedule.collective in REDUCING else "sum"
+    wide = widens(accumulate, dtype, schedule.collective)
+    work_dtype = np.dtype(np.float32) if wide else dtype
     n, p = schedule.num_nodes, schedule.world_size
-    work = [np.zeros(schedule.work_size, dtype=dtype) for _ in range(n)]
+    work = [np.zeros(schedule.work_size, dtype=work_dtype) for _ in range(n)]
     for r in range(p):
         rng = schedule.input_range(r)
         if rng is not None:
-            work[r][rng[0]:rng[1]] = np.asarray(inputs[r]).reshape(-1)
+            work[r][rng[0]:rng[1]] = np.asarray(inputs[r]).reshape(-1).astype(work_dtype)
 
     by_round: dict[int, list[tuple[int, list]]] = defaultdict(list)
     for node in range(n):
@@ -81,6 +103,8 @@ def emulate(schedule: Schedule, inputs: Sequence[np.ndarray], op: str = "sum") -
         out = work[r][rng[0]:rng[1]].copy()
         if schedule.collective in REDUCING:
             finalize(out, op, p)
+        if wide:  # round once, at the end
+            out = round_into(np.empty(out.shape, dtype=dtype), out)
         outputs.append(out)
     return outputs
 

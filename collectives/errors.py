@@ -46,3 +46,26 @@ class CollectiveTimeoutError(CollectivesError, TimeoutError):
 
 class CommunicatorClosedError(CollectivesError, RuntimeError):
     """The communicator was closed (or failed) and takes no more calls."""
+
+
+class CallMismatchError(CollectivesError, ValueError):
+    """Ranks issued different calls (collective, count, dtype, op, root, algorithm, ...) on one communicator.
+
+    Raised on every rank. `fields` maps each differing field to the value of every rank (a list, rank order).
+    """
+
+    def __init__(self, message: str, *, seq: int | None = None, fields: dict | None = None) -> None:
+        super().__init__(message)
+        self.seq = seq
+        self.fields = fields or {}
+
+
+class PeerFailedError(CollectivesError, RuntimeError):
+    """MPI reported an error while talking to a peer (a dead rank or switch daemon): `peers` names them."""
+
+    def __init__(self, message: str, *, collective: str | None = None, seq: int | None = None,
+                 peers: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.collective = collective
+        self.seq = seq
+        self.peers = peers

@@ -1,9 +1,17 @@
 """`algorithm="auto"` on real runs: the one function that picks an algorithm and says why.
 
-Until the tuner (collectives.tune, driven by the simulator) lands, the rule is a measured threshold:
-`bench/bench_mpi.py` on one 2-core host (MPICH shared memory, -n 2) shows MPI's own collective wins below
-NATIVE_BELOW_BYTES, where per-round Python overhead dominates; above it a pipelined ring moves the data.
-Replace `choose` (same signature) to plug in the tuner.
+The rule is measured, not modelled (`bench/bench_mpi.py`, tables in docs/performance-mpi.md): below a size
+threshold MPI's own collective wins (its C fast paths beat per-call Python work); above it the library's
+schedule runs. When every rank of the communicator shares this host the schedule runs over shared memory
+(transport/shm.py: peers' windows read directly, no messages), which beats MPICH's Allreduce from a few hundred
+KiB on; across hosts it runs with point-to-point messages, which only win for large messages.
+
+Thresholds (bytes per rank, env overrides in brackets), measured on a 2-core AMD EPYC VM with MPICH 5:
+* shared memory, ranks <= cores  [COLLECTIVES_NATIVE_BELOW_SHM]:                512 KiB
+* shared memory, more ranks than cores  [COLLECTIVES_NATIVE_BELOW_SHM_OVERSUBSCRIBED]: 1 MiB
+* messages, ranks <= cores  [COLLECTIVES_NATIVE_BELOW]:                         8 MiB
+* messages, more ranks than cores  [COLLECTIVES_NATIVE_BELOW_OVERSUBSCRIBED]:  32 MiB
+Replace `choose` (same signature) to plug in the tuner (collectives.tune) once it is calibrated on real hosts.
 """
 
 from __future__ import annotations
@@ -18,11 +26,32 @@ from ..kernels._dtypes import BFLOAT16
 NATIVE_BELOW_BYTES = int(os.environ.get("COLLECTIVES_NATIVE_BELOW", 8 << 20))
 # With more ranks than cores on a host, polling executors lose more to MPI's own (measured 4 ranks, 2 cores).
 NATIVE_BELOW_OVERSUBSCRIBED = int(os.environ.get("COLLECTIVES_NATIVE_BELOW_OVERSUBSCRIBED", 32 << 20))
+# Over shared memory (all ranks on one host): see docs/performance-mpi.md for the crossover measurements.
+NATIVE_BELOW_SHM = int(os.environ.get("COLLECTIVES_NATIVE_BELOW_SHM", 512 << 10))
+NATIVE_BELOW_SHM_OVERSUBSCRIBED = int(os.environ.get("COLLECTIVES_NATIVE_BELOW_SHM_OVERSUBSCRIBED", 1 << 20))
 
 
-def native_below(oversubscribed: bool) -> int:
-    """Messages smaller than this (bytes per rank) go to MPI's own collective."""
+def shared_memory(world_size: int | None = None) -> bool:
+    """Will schedules of a communicator of `world_size` ranks run over shared memory? (None: of any
+    communicator of this process.) All ranks on this host and COLLECTIVES_SHM not disabled."""
+    from . import executor, shm
+
+    if not shm.enabled() or executor._host_ranks < 2:
+        return False
+    return world_size is None or world_size <= executor._host_ranks
+
+
+def native_below(oversubscribed: bool, shared: bool | None = None) -> int:
+    """Messages smaller than this (bytes per rank) go to MPI's own collective. `shared`: whether the call's
+    schedule would run over shared memory (None: whether any could on this host, the smaller threshold, so
+    the communicator's small-message shortcut never takes a call `choose` would not give to MPI)."""
+    if shared is None:
+        shared = shared_memory()
+    if shared:
+        return NATIVE_BELOW_SHM_OVERSUBSCRIBED if oversubscribed else NATIVE_BELOW_SHM
     return NATIVE_BELOW_OVERSUBSCRIBED if oversubscribed else NATIVE_BELOW_BYTES
+
+
 # Preference order for large messages, first registered one that implements the collective wins.
 LARGE = {
     "allreduce": (("ring", {}),),
@@ -31,6 +60,32 @@ LARGE = {
     "broadcast": (("binomial", {"chunks": 4}),),
     "reduce": (("binomial", {"chunks": 4}),),
 }
+# Over shared memory a round costs a synchronisation of the ranks (flags in shared memory) instead of a message.
+# Ranks <= cores: a ring whose pieces stay in the cores' L2 (SHM_PIECE_BYTES per piece: the reduce, the mirror
+# copy and the peer's read then hit the cache) measured fastest, ~2x unchunked at 2-4 MiB.
+# More ranks than cores: every synchronisation costs context switches, so the fewest rounds win
+# (rabenseifner: 2 log2 p rounds, unchunked).
+SHM_PIECE_BYTES = int(os.environ.get("COLLECTIVES_SHM_PIECE", 512 << 10))
+SHM_MAX_CHUNKS = 32
+LARGE_SHM = {
+    "allreduce": (("ring", "pieces"), ("rabenseifner", {})),
+    "reduce_scatter": (("ring", "pieces"),),
+    "allgather": (("ring", "pieces"),),
+    "broadcast": (("binomial", {}),),
+    "reduce": (("binomial", {}),),
+}
+LARGE_SHM_OVERSUBSCRIBED = {
+    "allreduce": (("rabenseifner", {}), ("ring", {})),
+    "reduce_scatter": (("ring", {}),),
+    "allgather": (("ring", {}),),
+    "broadcast": (("binomial", {}),),
+    "reduce": (("binomial", {}),),
+}
+
+
+def shm_chunks(nbytes: int, world_size: int) -> int:
+    """Ring chunks so that one piece (nbytes / (p * chunks)) is about SHM_PIECE_BYTES."""
+    return max(1, min(SHM_MAX_CHUNKS, nbytes // max(1, world_size * SHM_PIECE_BYTES)))
 
 
 @dataclass(frozen=True)
@@ -45,21 +100,34 @@ def native_supports(dtype: np.dtype) -> bool:
     return np.dtype(dtype) != BFLOAT16
 
 
+def _kib(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n >> 10} KiB" if n >= 1024 else f"{n} B"
+
+
 def choose(collective: str, nbytes: int, dtype: np.dtype, world_size: int, available: list[str], *,
            oversubscribed: bool = False) -> Choice:
     """Pick the algorithm for one call: nbytes is each rank's input size, available the registered names,
     oversubscribed whether this host runs more ranks than it has cores."""
     if world_size == 1:
         return Choice("copy", {}, "world size 1: the output is the input")
-    limit = native_below(oversubscribed)
+    shared = shared_memory(world_size)
+    limit = native_below(oversubscribed, shared)
     small = nbytes < limit
+    where = "shared memory" if shared else "point-to-point messages"
+    host = (f"{'more ranks than cores, ' if oversubscribed else ''}"
+            f"{'all ranks on one host' if shared else 'ranks on several hosts'}")
     if small and native_supports(dtype):
-        knob = "COLLECTIVES_NATIVE_BELOW" + ("_OVERSUBSCRIBED (more ranks than cores)" if oversubscribed else "")
-        return Choice("native", {}, f"{nbytes} B < {limit} B ({knob}): MPI's own collective has less "
-                                    "per-round overhead at this size")
-    for name, params in LARGE[collective]:
+        knob = "COLLECTIVES_NATIVE_BELOW" + ("_SHM" if shared else "") + ("_OVERSUBSCRIBED" if oversubscribed else "")
+        return Choice("native", {}, f"native: MPI's own {collective} is faster below {_kib(limit)} per rank "
+                                    f"({host}; measured, docs/performance-mpi.md; {knob}); this call: {nbytes} B")
+    table = (LARGE_SHM_OVERSUBSCRIBED if oversubscribed else LARGE_SHM) if shared else LARGE
+    for name, params in table[collective]:
+        if params == "pieces":
+            chunks = shm_chunks(nbytes, world_size)
+            params = {"chunks": chunks} if chunks > 1 else {}
         if name in available:
-            why = "bfloat16 is not reducible by MPI" if small else f"{nbytes} B >= {limit} B"
-            return Choice(name, dict(params), f"{why}: {name} {params} (pipelined, measured fastest on one host)")
+            why = "bfloat16 is not reducible by MPI" if small else f"{nbytes} B >= {_kib(limit)} ({host})"
+            return Choice(name, dict(params), f"{why}: {name} {params} over {where} (measured fastest here, "
+                                              "docs/performance-mpi.md)")
     fallback = sorted(available)[0]
     return Choice(fallback, {}, f"no preferred algorithm registered for {collective}; first registered: {fallback}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import time
 import weakref
 from collections import OrderedDict, deque
@@ -20,12 +21,15 @@ from mpi4py import MPI
 
 from .. import algorithms as _builtins  # noqa: F401  (registers the built-in algorithms)
 from .. import registry
-from ..kernels import SUPPORTED_DTYPES
+from ..emulate import check_accumulate, widens
+from ..errors import CallMismatchError, CollectivesError, PeerFailedError
+from ..kernels import SUPPORTED_DTYPES, round_into
 from ..kernels._dtypes import dtype_name
 from ..reduction import check_op, finalize
 from ..schedule.collective import REDUCING, ROOTED
 from . import daemon as _daemon
 from . import executor as _executor
+from .agreement import Agreement, CallMeta, ResultCheck, check_mode
 from .choice import Choice, choose, native_below, native_supports
 from .domains import find_domains, topology_for
 from .errors import CollectiveTimeoutError, CommunicatorClosedError
@@ -42,6 +46,42 @@ _CACHE_SIZE = 64
 def _default_timeout() -> float | None:
     value = os.environ.get("COLLECTIVES_TIMEOUT", "600")
     return None if value.lower() in ("", "none", "0", "inf") else float(value)
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").lower() in ("1", "true", "yes", "on")
+
+
+_DETERMINISTIC_REASON = ("deterministic=True: 'direct' folds every element once, in rank order 0..p-1, so the "
+                         "result is bitwise identical across algorithms, chunk counts and layouts")
+
+
+def _spin(test: Callable[[], bool], polls: int = 1024) -> bool:
+    """Poll `test` flat out (yielding the CPU when oversubscribed) up to `polls` times; True once it passed."""
+    for _ in range(polls):
+        if test():
+            return True
+        if _executor._oversubscribed:
+            os.sched_yield()
+    return False
+
+
+def _ranks_text(ranks) -> str:
+    ranks = list(ranks)
+    if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"ranks {ranks[0]}-{ranks[-1]}"
+    return "ranks " + ", ".join(map(str, ranks))
+
+
+def _bounded(req: MPI.Request, deadline: float | None) -> bool:
+    """Poll `req` until it completes (True) or the monotonic `deadline` passes (False)."""
+    nap = 0.0
+    while not req.Test():
+        if deadline is not None and time.monotonic() > deadline:
+            return False
+        nap = min(1e-3, nap * 2 or 1e-5)
+        time.sleep(nap)
+    return True
 
 
 def _local_ranks(comm: MPI.Comm) -> int:
@@ -103,6 +143,10 @@ class _Task:
         self.started = False
         self.done = False
         self.result = None
+        self.error: BaseException | None = None
+        self.agreement: Agreement | None = None  # runs before start() (metadata check)
+        self.post = None  # ResultCheck after finish() (full check)
+        self.check_result = False
 
     def start(self) -> None:
         self.started = True
@@ -169,14 +213,29 @@ class Communicator:
     """
 
     def __init__(self, mpi_comm: MPI.Comm, *, ranks_per_domain: int | None = None, topology=None,
-                 timeout: float | None = None, world: _daemon.World | None = None) -> None:
+                 timeout: float | None = None, world: _daemon.World | None = None, check: str | None = None,
+                 deterministic: bool | None = None, accumulate: str | None = None) -> None:
+        self.timeout = _default_timeout() if timeout is None else timeout
+        self.check = check_mode(check)
+        self.deterministic = _env_flag("COLLECTIVES_DETERMINISTIC") if deterministic is None else bool(deterministic)
+        self.accumulate = check_accumulate(os.environ.get("COLLECTIVES_ACCUMULATE") or None
+                                           if accumulate is None else accumulate)
+        # Bound the setup: Dup, Split_type and the domain exchange below are blocking collectives; an entry
+        # barrier with a deadline first makes sure every rank has entered init (else CollectiveTimeoutError).
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        if not _bounded(mpi_comm.Ibarrier(), deadline):
+            raise CollectiveTimeoutError(
+                f"rank {mpi_comm.Get_rank()}: collectives.init did not complete within {self.timeout} s: not every "
+                "rank of the communicator called collectives.init (a peer may be dead, stuck or late); set "
+                "COLLECTIVES_TIMEOUT or timeout= to wait longer", collective="init", algorithm="native", seq=0,
+                timeout=self.timeout)
         self._comm = mpi_comm.Dup()
+        self._comm.Set_errhandler(MPI.ERRORS_RETURN)  # MPI errors (a dead peer) come back as exceptions
         self.rank = self._comm.Get_rank()
         self.size = self._comm.Get_size()
         self.domains = find_domains(self._comm, ranks_per_domain)
         _executor.note_host_ranks(_local_ranks(self._comm))
         self._topology = topology
-        self.timeout = _default_timeout() if timeout is None else timeout
         self._world = world  # set when this communicator owns the switch daemons
         self._queue: deque[_Task] = deque()
         self._seq = 0
@@ -221,13 +280,20 @@ class Communicator:
 
     # -- the collectives ------------------------------------------------------------------------------
     def allreduce(self, x, out=None, op: str = "sum", algorithm: str = "auto", *, async_op: bool = False,
-                  timeout: float | None = None, **params):
-        """Reduce `x` over all ranks into `out` (new array of x's shape if None; `out=x` in place)."""
-        if algorithm == "auto" and not async_op and not params and not self._queue:
+                  timeout: float | None = None, deterministic: bool | None = None, accumulate: str | None = None,
+                  **params):
+        """Reduce `x` over all ranks into `out` (new array of x's shape if None; `out=x` in place).
+
+        `deterministic=True` (default: the communicator's) uses the fixed rank-order reduction of algorithm
+        'direct'; `accumulate="float32"` carries float16/bfloat16 partial sums in float32 and rounds once.
+        """
+        if algorithm == "auto" and not async_op and not params and not self._queue and deterministic is None \
+                and accumulate is None and not self.deterministic and self.accumulate in (None, "input"):
             fast = self._small_native_allreduce(x, out, op, timeout)
             if fast is not None:
                 return fast
-        return self._call("allreduce", x, out, op, None, algorithm, async_op, timeout, params)
+        return self._call("allreduce", x, out, op, None, algorithm, async_op, timeout, params, deterministic,
+                          accumulate)
 
     def _small_native_allreduce(self, x, out, op, timeout):
         """auto's small-message path without the queue: the same checks, one Iallreduce, polled with a
@@ -253,23 +319,35 @@ class Communicator:
         self.stats["calls"] += 1
         self.stats["native_calls"] += 1
         self.last_choice = _SMALL_NATIVE
-        req = self._comm.Iallreduce(send, out, _NATIVE_OPS[op])
-        polls = 0
-        while not req.Test():
-            polls += 1
-            if _executor._oversubscribed:
-                os.sched_yield()
-            if polls & 1023 == 0:
-                self._queue.append(_NativeTask(self._seq, "allreduce", _SMALL_NATIVE, lambda: out, lambda: req))
-                self._waiting = self._queue[-1]
-                self._wait_for(self._waiting, timeout)  # bounded wait with the full timeout report
+        post = lambda: self._comm.Iallreduce(send, out, _NATIVE_OPS[op])  # noqa: E731
+        if self.check != "off":
+            meta = CallMeta(self._seq, "allreduce", x.size, dtype_name(x.dtype), op, None, "auto", "native",
+                            "input", False)
+            agreement = Agreement(self._comm, meta, self.rank)
+            try:
+                agreed = _spin(agreement.test)
+            except CallMismatchError as exc:
+                self._note_mismatch(exc)
+                raise
+            if not agreed:  # a late peer: the bounded wait with the full timeout report
+                task = _NativeTask(self._seq, "allreduce", _SMALL_NATIVE, lambda: out, post)
+                task.agreement = agreement
+                self._queue.append(task)
+                self._wait_for(task, timeout)
                 return out
+        req = post()
+        if not _spin(req.Test):
+            self._queue.append(_NativeTask(self._seq, "allreduce", _SMALL_NATIVE, lambda: out, lambda: req))
+            self._wait_for(self._queue[-1], timeout)  # bounded wait with the full timeout report
+        return out
         return out
 
     def reduce_scatter(self, x, out=None, op: str = "sum", algorithm: str = "auto", *, async_op: bool = False,
-                       timeout: float | None = None, **params):
+                       timeout: float | None = None, deterministic: bool | None = None,
+                       accumulate: str | None = None, **params):
         """Reduce `x` (p·k elements) over all ranks; rank r gets elements [r·k, (r+1)·k) of the result."""
-        return self._call("reduce_scatter", x, out, op, None, algorithm, async_op, timeout, params)
+        return self._call("reduce_scatter", x, out, op, None, algorithm, async_op, timeout, params, deterministic,
+                          accumulate)
 
     def allgather(self, x, out=None, algorithm: str = "auto", *, async_op: bool = False,
                   timeout: float | None = None, **params):
@@ -282,15 +360,20 @@ class Communicator:
         return self._call("broadcast", x, x, "sum", root, algorithm, async_op, timeout, params)
 
     def reduce(self, x, out=None, root: int = 0, op: str = "sum", algorithm: str = "auto", *,
-               async_op: bool = False, timeout: float | None = None, **params):
+               async_op: bool = False, timeout: float | None = None, deterministic: bool | None = None,
+               accumulate: str | None = None, **params):
         """Reduce `x` over all ranks onto `root` (returns the result there, None elsewhere)."""
-        return self._call("reduce", x, out, op, root, algorithm, async_op, timeout, params)
+        return self._call("reduce", x, out, op, root, algorithm, async_op, timeout, params, deterministic,
+                          accumulate)
 
     def barrier(self, *, async_op: bool = False, timeout: float | None = None):
         """Wait until every rank has entered the barrier (after this rank's earlier calls completed)."""
         self._check_open()
         task = _NativeTask(self._next_seq(), "barrier", Choice("native", {}, "barrier is MPI's own"),
                            lambda: None, self._comm.Ibarrier)
+        if self.check != "off":
+            task.agreement = Agreement(self._comm, CallMeta(task.seq, "barrier", 0, "-", "-", None, "native",
+                                                            "native", "-", False), self.rank)
         return self._submit(task, async_op, timeout)
 
     def close(self, timeout: float | None = None) -> None:
@@ -302,8 +385,8 @@ class Communicator:
                 self._wait_for(self._queue[-1], timeout)
         finally:
             self._closed = True
-            if self._world is not None and self.rank == 0:
-                _daemon.stop_daemons(self._world)
+            if self._world is not None and self.rank == 0 and self._failure is None:
+                _daemon.stop_daemons(self._world, timeout=self.timeout)
             elif self._world is not None:
                 self._world.serving = False
             _live.discard(self)
@@ -321,11 +404,15 @@ class Communicator:
                 f"{self.daemons} switch daemon(s)>")
 
     # -- one call: validate (before any communication), choose, build, queue ---------------------------
-    def _call(self, collective, x, out, op, root, algorithm, async_op, timeout, params):
+    def _call(self, collective, x, out, op, root, algorithm, async_op, timeout, params, deterministic=None,
+              accumulate=None):
         self._check_open()
         p = self.size
         x = self._check_input(collective, x)
         dtype = x.dtype
+        accumulate = self.accumulate if accumulate is None else check_accumulate(accumulate)
+        explicit = deterministic is not None
+        deterministic = self.deterministic if deterministic is None else bool(deterministic)
         kernel_op = check_op(op, dtype) if collective in REDUCING else "sum"
         if collective in ROOTED and (not isinstance(root, (int, np.integer)) or not 0 <= root < p):
             raise ValueError(f"{collective} root must be an integer in [0, {p}), got {root!r}")
@@ -335,9 +422,19 @@ class Communicator:
             raise ValueError(f"reduce_scatter input must have a multiple of the world size {p} elements "
                              f"(p·k, rank r gets block r), got {count}")
         out = self._check_output(collective, x, out, root)
-        choice = self._choose(collective, algorithm, dtype, count, params)
+        wide = widens(accumulate, dtype, collective)
+        wdtype = np.dtype(np.float32) if wide else dtype  # accumulate="float32": float32 work, messages, sums
+        if deterministic and collective in REDUCING:
+            choice = self._deterministic_choice(collective, algorithm, params, explicit)
+        else:
+            choice = self._choose(collective, algorithm, wdtype, count, params)
         self.last_choice = choice
-        work, finish = self._buffers(collective, x, out, op, root)
+        if choice.algorithm not in ("copy", "native") and p > 1:
+            self._schedule(collective, choice, count, root)  # builder errors raise before any buffer is written
+        if wide:
+            work, finish = self._widened_buffers(collective, x, out, op, root)
+        else:
+            work, finish = self._buffers(collective, x, out, op, root)
         seq = self._next_seq()
         self.stats["calls"] += 1
         if choice.algorithm == "copy" or p == 1:
@@ -347,8 +444,42 @@ class Communicator:
             task = _NativeTask(seq, collective, choice, finish,
                                self._native_post(collective, x, work, out, op, root))
         else:
-            task = self._schedule_task(seq, collective, choice, finish, work, count, dtype, kernel_op, root)
+            task = self._schedule_task(seq, collective, choice, finish, work, count, wdtype, kernel_op, root)
+        if self.check != "off" and p > 1:
+            chosen = f"{choice.algorithm} {sorted(choice.params.items())!r}"
+            meta = CallMeta(seq, collective, count, dtype_name(dtype), op if collective in REDUCING else "-", root,
+                            algorithm, chosen, accumulate or "input", deterministic and collective in REDUCING)
+            task.agreement = Agreement(self._comm, meta, self.rank)
+            task.check_result = self.check == "full" and collective in ("allreduce", "allgather", "broadcast")
         return self._submit(task, async_op, timeout)
+
+    def _deterministic_choice(self, collective, algorithm, params, explicit) -> Choice:
+        """deterministic=True: algorithm 'direct' (the fixed rank-order reduction), or a clear error."""
+        where = "deterministic=True" if explicit else ("the communicator's deterministic=True (init(deterministic=)"
+                                                        " or COLLECTIVES_DETERMINISTIC=1)")
+        if algorithm not in ("auto", "direct"):
+            raise ValueError(f"{where} fixes the reduction order with algorithm 'direct', but algorithm="
+                             f"{algorithm!r} was requested; pass algorithm='auto' or 'direct', or "
+                             "deterministic=False")
+        if algorithm == "auto" and params:
+            raise ValueError(f"parameters {sorted(params)} need an explicit algorithm, not 'auto'")
+        registry.info("direct")
+        return Choice("direct", dict(params), _DETERMINISTIC_REASON + f" ({where})")
+
+    def _widened_buffers(self, collective, x, out, op, root):
+        """accumulate="float32": run the call on a float32 copy of x (converted once), then round the float32
+        result once into the caller's output (a new array, `out`, or x itself when out=x)."""
+        x32 = x.astype(np.float32)
+        work, finish32 = self._buffers(collective, x32, None, op, root)
+
+        def finish():
+            result = finish32()
+            if result is None:
+                return None
+            target = out if out is not None else np.empty(result.shape, dtype=x.dtype)
+            round_into(target.reshape(-1), np.ascontiguousarray(result).reshape(-1))
+            return target
+        return work, finish
 
     def _check_open(self) -> None:
         if self._failure is not None:
@@ -519,7 +650,8 @@ class Communicator:
                 else:
                     self.stats["switch_bytes_sent"] += plan.sent_elements[node] * isz
                     self.stats["switch_bytes_received"] += plan.received_elements[node] * isz
-            return Execution(plan, carrier, works, kernel_op, seq, tag_base)
+            # shared memory when the ranks share a host (transport/shm.py), else messages
+            return _executor.start_execution(plan, carrier, works, kernel_op, seq, tag_base)
 
         before = None
         if daemons and self.rank == 0:
@@ -542,19 +674,84 @@ class Communicator:
         return task.result
 
     def _progress(self) -> None:
-        """Advance queued calls in issue order as far as possible without blocking."""
+        """Advance queued calls in issue order as far as possible without blocking.
+
+        Each call: the metadata agreement (unless check="off"), then the call itself, then (check="full") the
+        result check. A mismatch fails that call on every rank (its handle re-raises) and the queue moves on;
+        an MPI error (a dead peer) fails the communicator with PeerFailedError naming the peers.
+        """
         while self._queue:
             head = self._queue[0]
-            if not head.started:
-                head.start()
-            if not head.advance():
-                return
-            head.result = head.finish()
+            try:
+                if head.agreement is not None:
+                    if not head.agreement.test():
+                        return
+                    head.agreement = None
+                if head.post is None:
+                    if not head.started:
+                        head.start()
+                    if not head.advance():
+                        return
+                    head.result = head.finish()
+                    if head.check_result and isinstance(head.result, np.ndarray):
+                        head.post = ResultCheck(self._comm, head.result, head.seq, head.collective, self.rank)
+                if head.post is not None and not head.post.test():
+                    return
+            except CallMismatchError as exc:
+                self._note_mismatch(exc)
+                head.error = exc
+            except MPI.Exception as exc:
+                raise self._peer_failed(head, exc) from exc
+            except CollectivesError as exc:  # the full check found different results
+                head.error = exc
             head.done = True
             self._completed += 1
             self._queue.popleft()
         if self._pending_orders:
             self._pending_orders = [r for r in self._pending_orders if not r.Test()]
+
+    def _note_mismatch(self, exc: CallMismatchError) -> None:
+        """A mismatch leaves the communicator usable unless the ranks' call sequences went out of step."""
+        if "call" in exc.fields:
+            self._fail(exc)
+
+    def _peer_failed(self, head: _Task, exc: MPI.Exception) -> PeerFailedError:
+        peers = head.stuck()[2] if head.started else ()
+        labels = self._peer_labels(peers) if peers else "a peer (the MPI error names no rank; the call was " \
+            "in its metadata agreement or a native collective)"
+        err = PeerFailedError(
+            f"rank {self.rank}: {head.collective} #{head.seq} (algorithm {head.choice.algorithm}) failed: MPI "
+            f"reported an error while communicating with {labels}: {exc.Get_error_string()}. The peer has "
+            "probably died; this communicator is unusable", collective=head.collective, seq=head.seq, peers=peers)
+        self._fail(err)
+        return err
+
+    def _peer_labels(self, peers) -> str:
+        out = []
+        w = self._world
+        for n in peers:
+            if n < self.size:
+                out.append(f"rank {n}")
+            elif w is not None and w.serving and w.daemon_procs:
+                d = w.daemon_procs[(n - self.size) % len(w.daemon_procs)]
+                out.append(f"switch node {n} (switch daemon, world rank {d})")
+            else:
+                out.append(f"switch node {n} (leader emulation on rank {(n - self.size) % self.size})")
+        return ", ".join(out)
+
+    def _fail(self, exc: BaseException) -> None:
+        """The communicator is broken: cancel what is in flight, release the switch daemons, and make sure
+        this process can exit (MPICH's MPI_Finalize blocks forever on a dead peer)."""
+        if self._failure is not None:
+            return
+        self._failure = exc
+        for t in self._queue:
+            if isinstance(t, _ScheduleTask) and t.run is not None:
+                t.run.cancel()
+        if self._world is not None and self._world.serving:
+            _daemon.abort_daemons(self._world, f"app rank {self.rank}: {exc}")
+        global _failed
+        _failed = True
 
     @property
     def events(self) -> int:
@@ -566,6 +763,8 @@ class Communicator:
 
     def _wait_for(self, task: _Task, timeout: float | None) -> None:
         if task.done:
+            if task.error is not None:
+                raise task.error
             return
         if self._failure is not None:
             self._check_open()
@@ -575,53 +774,81 @@ class Communicator:
         try:
             wait_until(self, deadline, lambda: self._timeout_error(task, limit))
         except CollectiveTimeoutError as exc:
-            self._failure = exc
-            for t in self._queue:
-                if isinstance(t, _ScheduleTask) and t.run is not None:
-                    t.run.cancel()
+            self._fail(exc)
             raise
+        if task.error is not None:
+            raise task.error
 
     def _timeout_error(self, waited: _Task, limit: float) -> CollectiveTimeoutError:
         head = self._queue[0]
-        rnd, index, peers, last = head.stuck()
-        labels = ", ".join(f"rank {n}" if n < self.size else f"switch node {n}" for n in peers) or "none known"
-        where = "" if rnd is None else f" in round {rnd}, first unfinished op {index} (last completed op {last})"
+        if head.agreement is not None or head.post is not None:
+            stage = (head.agreement or head.post).stage
+            rnd, index, last = None, None, None
+            peers = tuple(r for r in range(self.size) if r != self.rank)
+            labels = self._peer_labels(peers) if len(peers) == 1 else \
+                f"any of {_ranks_text(peers)} (the check is collective: it cannot tell which)"
+            where = (f" in its {stage} (before any data moved: a peer has not issued call #{head.seq} — it may be "
+                     "dead, stuck, have raised a local error, or have skipped a call)")
+        else:
+            rnd, index, peers, last = head.stuck()
+            labels = self._peer_labels(peers) or "none known"
+            where = "" if rnd is None else f" in round {rnd}, first unfinished op {index} (last completed op {last})"
         extra = "" if head is waited else f"; the awaited call #{waited.seq} ({waited.collective}) queues behind it"
         return CollectiveTimeoutError(
             f"rank {self.rank}: {head.collective} #{head.seq} (algorithm {head.choice.algorithm}) did not complete "
             f"within {limit} s{where}; awaiting {labels}{extra}. A peer may be dead, stuck, or have called a "
-            "different collective; set COLLECTIVES_TIMEOUT or timeout= to wait longer",
+            "different collective; set COLLECTIVES_TIMEOUT or timeout= to wait longer (sequence number "
+            f"#{head.seq} on this communicator)",
             collective=head.collective, algorithm=head.choice.algorithm, seq=head.seq, round=rnd, op_index=index,
             peers=peers, last_completed=last, timeout=limit)
 
 
 _live: weakref.WeakSet[Communicator] = weakref.WeakSet()
+_failed = False  # a communicator failed (timeout or dead peer): skip MPI_Finalize at exit
 
 
 @atexit.register
 def _close_all() -> None:
-    """At exit, finish and close live communicators (this also stops switch daemons)."""
+    """At exit, finish and close live communicators (this also stops switch daemons).
+
+    If a communicator failed (a peer timed out or died), MPI_Finalize would block forever on the dead peer
+    (MPICH), so the process ends here without it: stdio is flushed and the exit status is 1
+    (COLLECTIVES_EXIT_ON_FAILURE=0 keeps the normal MPI_Finalize).
+    """
     for comm in list(_live):
         try:
-            comm.close()
+            comm.close(timeout=min(comm.timeout or 10.0, 10.0))
         except Exception:  # noqa: BLE001 - exiting anyway; never hang or mask the real error
             pass
+    if _failed and os.environ.get("COLLECTIVES_EXIT_ON_FAILURE", "1") != "0":
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        os._exit(1)
 
 
 def init(mpi_comm: MPI.Comm | None = None, *, ranks_per_domain: int | None = None, topology=None,
-         timeout: float | None = None) -> Communicator:
+         timeout: float | None = None, check: str | None = None, deterministic: bool | None = None,
+         accumulate: str | None = None) -> Communicator:
     """Create a Communicator over `mpi_comm` (default: MPI_COMM_WORLD, minus any switch daemons).
 
     With mpi_comm=None every process of MPI_COMM_WORLD must take part: the app ranks here, switch daemons
     started with `mpiexec ... : -n D python -m collectives.switchd` in their own loop. The first such
     communicator owns the daemons; the app's own MPI traffic then belongs on `comm.mpi_comm` (or a Dup of it),
     not on MPI_COMM_WORLD, which includes the daemons.
+
+    Reliability options (see docs/reliability.md): `timeout` bounds every wait (default COLLECTIVES_TIMEOUT,
+    600 s); `check` is the call agreement ("metadata" default, "full", "off"; COLLECTIVES_CHECK);
+    `deterministic=True` (COLLECTIVES_DETERMINISTIC=1) makes reductions use the fixed rank-order algorithm
+    'direct'; `accumulate="float32"` (COLLECTIVES_ACCUMULATE) carries 16-bit float partial sums in float32.
     """
     world = None
     if mpi_comm is None:
-        world = _daemon.split_world(_daemon.APP)
+        world = _daemon.split_world(_daemon.APP, timeout=_default_timeout() if timeout is None else timeout)
         mpi_comm = world.local
         if not world.serving or any(c._world is world for c in _live):
             world = None
     return Communicator(mpi_comm, ranks_per_domain=ranks_per_domain, topology=topology, timeout=timeout,
-                        world=world)
+                        world=world, check=check, deterministic=deterministic, accumulate=accumulate)

@@ -13,7 +13,14 @@ daemon one order `("run", seq, collective, algorithm, count, dtype, root, kernel
 world_size)` when the collective starts; all ranks know the same call, so the daemons build the same schedule
 and run the programs of the switch nodes placed on them (switch node s on daemon (s - p) % D). Orders arrive
 and are served in issue order. `("stop",)`, sent when the owning communicator closes (or at exit), ends the
-daemons. A daemon that fails calls MPI_Abort so the job never hangs.
+daemons.
+
+Failures (docs/reliability.md): every wait is bounded. The handshake waits at most COLLECTIVES_TIMEOUT for every
+process to arrive; a daemon serving a collective gives up after COLLECTIVES_TIMEOUT. An app rank whose
+communicator fails (timeout, dead peer) sends every daemon `("abort", reason)` on ABORT_TAG from any app rank, so
+idle daemons exit even when app rank 0 is the one that died. A daemon that fails prints the reason and exits
+with status 1 without MPI_Finalize (which would block on a dead peer): under mpiexec's default the job then
+ends; under `-disable-auto-cleanup` the ranks' own timeouts report the missing switch node.
 """
 
 from __future__ import annotations
@@ -30,6 +37,11 @@ from mpi4py import MPI
 
 APP, DAEMON = 0, 1
 ORDER_TAG = 7
+ABORT_TAG = 8
+
+
+class DaemonAborted(RuntimeError):
+    """An app rank told the daemons to stop because its communicator failed."""
 
 
 @dataclass
@@ -55,11 +67,35 @@ class World:
 _world: World | None = None
 
 
-def split_world(role: int) -> World:
-    """The role handshake (collective over COMM_WORLD; done once per process)."""
+def _timeout_from_env() -> float | None:
+    value = os.environ.get("COLLECTIVES_TIMEOUT", "600")
+    return None if value.lower() in ("", "none", "0", "inf") else float(value)
+
+
+def _bounded_barrier(comm: MPI.Comm, timeout: float | None, what: str) -> None:
+    """An Ibarrier polled until `timeout` s: makes the blocking collectives after it safe to enter."""
+    req = comm.Ibarrier()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    nap = 0.0
+    while not req.Test():
+        if deadline is not None and time.monotonic() > deadline:
+            from ..errors import CollectiveTimeoutError
+            raise CollectiveTimeoutError(
+                f"world rank {comm.Get_rank()}: {what} did not complete within {timeout} s: not every process of "
+                "MPI_COMM_WORLD arrived (app ranks must call collectives.init(); a process may be dead or stuck); "
+                "set COLLECTIVES_TIMEOUT to wait longer", collective="init", algorithm="native", seq=0,
+                timeout=timeout)
+        nap = min(1e-3, nap * 2 or 1e-5)
+        time.sleep(nap)
+
+
+def split_world(role: int, timeout: float | None = None) -> World:
+    """The role handshake (collective over COMM_WORLD; done once per process; bounded by `timeout`, default
+    COLLECTIVES_TIMEOUT)."""
     global _world
     if _world is None:
         world = MPI.COMM_WORLD
+        _bounded_barrier(world, _timeout_from_env() if timeout is None else timeout, "the switch daemon handshake")
         roles = tuple(world.allgather(role))
         local = world.Split(role, world.Get_rank())
         fabric = control = None
@@ -77,21 +113,52 @@ def send_orders(world: World, order: tuple) -> list[MPI.Request]:
     return [world.control.isend(data, dest=d, tag=ORDER_TAG) for d in world.daemon_procs]
 
 
-def stop_daemons(world: World) -> None:
-    """App rank 0: order the daemons to exit (idempotent)."""
+def _complete(reqs: list[MPI.Request], timeout: float | None) -> bool:
+    """Poll requests until all completed (True) or `timeout` s passed (False; the rest are left behind)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while reqs:
+        reqs = [r for r in reqs if not r.Test()]
+        if reqs and deadline is not None and time.monotonic() > deadline:
+            return False
+        if reqs:
+            time.sleep(1e-4)
+    return True
+
+
+def stop_daemons(world: World, timeout: float | None = None) -> None:
+    """App rank 0: order the daemons to exit (idempotent; bounded by `timeout`, default COLLECTIVES_TIMEOUT)."""
     if world.serving and world.control is not None:
-        MPI.Request.Waitall(send_orders(world, ("stop",)))
+        world.serving = False
+        _complete(send_orders(world, ("stop",)), _timeout_from_env() if timeout is None else timeout)
     world.serving = False
 
 
-def _next_order(world: World) -> tuple:
-    """Wait for the next order from app rank 0, napping while idle (daemons share cores with ranks)."""
+def abort_daemons(world: World, reason: str, timeout: float = 1.0) -> None:
+    """Any app rank whose communicator failed: tell every daemon to exit (best effort, at most `timeout` s)."""
+    if world.control is None or not world.serving:
+        return
+    world.serving = False
+    data = pickle.dumps(("abort", reason[:2000]), protocol=pickle.HIGHEST_PROTOCOL)
+    try:
+        _complete([world.control.isend(data, dest=d, tag=ABORT_TAG) for d in world.daemon_procs], timeout)
+    except MPI.Exception:  # a dead daemon: nothing more to do
+        pass
+
+
+def _next_order(world: World, aborts: MPI.Request | None = None) -> tuple:
+    """Wait for the next order from app rank 0, napping while idle (daemons share cores with ranks); an abort
+    from any app rank (`aborts`, an irecv on ABORT_TAG) raises DaemonAborted."""
     req = world.control.irecv(source=world.app_procs[0], tag=ORDER_TAG)
     nap, idle_since = 0.0, time.monotonic()
     while True:
         done, data = req.test()
         if done:
             return pickle.loads(data)
+        if aborts is not None:
+            got, why = aborts.test()
+            if got:
+                req.Cancel()
+                raise DaemonAborted(f"aborted by the app: {pickle.loads(why)[1]}")
         if time.monotonic() - idle_since > 0.002:
             nap = min(1e-3, nap * 2 or 2e-5)
             time.sleep(nap)
@@ -111,10 +178,12 @@ def serve(world: World, timeout: float | None = None) -> int:
     plans: OrderedDict = OrderedDict()
     served = 0
     if timeout is None:
-        timeout = float(os.environ.get("COLLECTIVES_TIMEOUT", "600"))
+        timeout = _timeout_from_env()
+    aborts = world.control.irecv(source=MPI.ANY_SOURCE, tag=ABORT_TAG)
     while True:
-        order = _next_order(world)
+        order = _next_order(world, aborts)
         if order[0] == "stop":
+            aborts.Cancel()
             return served
         _, seq, collective, algorithm, count, dtype, root, kernel_op, params, topology, p = order
         key = (collective, algorithm, p, count, root, repr(sorted(params.items())), pickle.dumps(topology))
@@ -130,7 +199,7 @@ def serve(world: World, timeout: float | None = None) -> int:
         L = plan.placement.slots
         works = [np.zeros(plan.schedule.work_size, dtype=dtypes[dtype]) for _ in plan.nodes]
         run = Execution(plan, world.fabric, works, kernel_op, seq, (seq % ((tag_ub + 1) // (L * L))) * L * L)
-        deadline = time.monotonic() + timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
 
         def describe(run=run, collective=collective, seq=seq, algorithm=algorithm):
             rnd, index, peers = run.stuck()
@@ -161,17 +230,24 @@ def main(argv: list[str] | None = None) -> int:
     modules = args.modules + [m for m in os.environ.get("COLLECTIVES_ALGORITHM_MODULES", "").split(",") if m]
     for name in modules:
         importlib.import_module(name)
-    world = split_world(DAEMON)
+    try:
+        world = split_world(DAEMON)
+    except Exception as exc:  # noqa: BLE001 - the handshake timed out: exit without MPI_Finalize
+        print(f"collectives.switchd: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        os._exit(1)
     if APP not in world.roles:
         print("collectives.switchd: no application ranks in MPI_COMM_WORLD; launch as "
               "`mpiexec -n N python app.py : -n D python -m collectives.switchd`", file=sys.stderr)
         return 2
     try:
         served = serve(world)
-    except BaseException as exc:  # a failed daemon must not leave the ranks hanging
-        print(f"collectives.switchd: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        MPI.COMM_WORLD.Abort(1)
-        return 1
+    except BaseException as exc:  # noqa: BLE001 - a failed daemon must not leave the job hanging
+        # Exit without MPI_Finalize (it would block on a dead peer): under mpiexec's default cleanup the job
+        # ends; under -disable-auto-cleanup the ranks' timeouts name this daemon's switch nodes.
+        print(f"collectives.switchd (world rank {MPI.COMM_WORLD.Get_rank()}): {type(exc).__name__}: {exc}",
+              file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(1)
     if os.environ.get("COLLECTIVES_DEBUG"):
         print(f"collectives.switchd: world rank {MPI.COMM_WORLD.Get_rank()} served {served} collectives",
               file=sys.stderr)

@@ -1,5 +1,5 @@
 """Errors of the MPI transport (defined in collectives/errors.py, re-exported here)."""
 
-from ..errors import CollectiveTimeoutError, CommunicatorClosedError
+from ..errors import CallMismatchError, CollectiveTimeoutError, CommunicatorClosedError, PeerFailedError
 
-__all__ = ["CollectiveTimeoutError", "CommunicatorClosedError"]
+__all__ = ["CallMismatchError", "CollectiveTimeoutError", "CommunicatorClosedError", "PeerFailedError"]

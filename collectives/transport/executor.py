@@ -261,19 +261,33 @@ class Execution:
                     pass
 
 
+def start_execution(plan: ProcPlan, comm: MPI.Comm, works: list[np.ndarray], kernel_op: str, seq: int,
+                    tag_base: int):
+    """The execution of one call: over shared memory (shm.py) when every node is a rank and the ranks share
+    a host, else with messages (`Execution`). Both offer advance/stuck/cancel/events/done/last_completed."""
+    from . import shm
+
+    if shm.eligible(plan, comm):
+        return shm.ShmExecution(plan, comm, works, kernel_op,
+                                lambda: Execution(plan, comm, works, kernel_op, seq, tag_base))
+    return Execution(plan, comm, works, kernel_op, seq, tag_base)
+
+
 SPIN_SECONDS = 0.002  # poll flat out this long after the last progress, then yield the CPU between polls
 NAP_AFTER_SECONDS = 0.1  # idle this long (a late peer), then sleep between polls (up to 1 ms)
 _oversubscribed = False
+_host_ranks = 1  # most ranks of one communicator seen on this host (choice.py: can shared memory serve a call?)
 
 
 def note_host_ranks(local_ranks: int) -> None:
     """Record how many ranks share this host: more ranks than cores makes waiters yield the CPU on every poll."""
-    global _oversubscribed
+    global _oversubscribed, _host_ranks
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
     _oversubscribed = _oversubscribed or local_ranks > cores
+    _host_ranks = max(_host_ranks, local_ranks)
 
 
 def wait_until(task, deadline: float | None, describe) -> None:
@@ -299,4 +313,4 @@ def wait_until(task, deadline: float | None, describe) -> None:
             raise describe()
 
 
-__all__ = ["CollectiveTimeoutError", "Execution", "ProcPlan", "wait_until"]
+__all__ = ["CollectiveTimeoutError", "Execution", "ProcPlan", "start_execution", "wait_until"]

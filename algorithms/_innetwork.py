@@ -38,6 +38,10 @@ log = logging.getLogger("collectives")
 SAT_MAX_BYTES = (1 << 30) - 32  # one SAT operation moves at most 1 GiB - 32 B (hardware.md)
 
 
+# what the in-network builders need of a topology beyond the Topology interface (collectives.topology.Cluster)
+CLUSTER_MODEL = ("num_domains", "gpus_per_domain", "domain_groups", "nvswitches", "num_nodes")
+
+
 # -- checks, labels, fallbacks --------------------------------------------------------------------------------
 def check_topology(name: str, topology, world_size: int) -> None:
     if topology is None:
@@ -45,6 +49,11 @@ def check_topology(name: str, topology, world_size: int) -> None:
     if world_size != topology.world_size:
         raise ValueError(f"algorithm {name!r}: world_size={world_size} but the topology {topology.name!r} has "
                          f"{topology.world_size} GPUs; build with world_size=topology.world_size")
+    missing = [a for a in CLUSTER_MODEL if not hasattr(topology, a)]
+    if missing:
+        raise ValueError(f"algorithm {name!r} runs on scale-up domains and their switches, and the topology "
+                         f"{topology.name!r} ({type(topology).__name__}) models none (no {', '.join(missing)}); "
+                         "use collectives.topology.cluster(...) or preset(...), or a host algorithm")
 
 
 def itemsize(dtype) -> int:
@@ -194,7 +203,12 @@ def nvls_allreduce_phase(name: str, groups: np.ndarray, table: ChunkTable) -> Ph
 # -- SHARP forests ----------------------------------------------------------------------------------------------
 @dataclass
 class Forest:
-    """Aggregation trees as per-(member, vertex slot) arrays; see the module docstring."""
+    """Aggregation trees as per-(member, vertex slot) arrays; see the module docstring.
+
+    Only switch members have children, so the child tables are stored for them alone: row s of `kids`,
+    `kid_slot` is switch member `len(ranks) + s` (a (M, V, C) table would hold ~25M entries, almost all -1, for
+    the ranks of a full-scale cluster).
+    """
 
     members: np.ndarray  # (M,) node ids, ranks first
     ranks: np.ndarray  # rank node ids (members[:len(ranks)])
@@ -202,7 +216,9 @@ class Forest:
     tree: np.ndarray  # (M, V)
     top: np.ndarray  # (M, V) depth L of the vertex's tree
     parent: np.ndarray  # (M, V) member index of the parent, -1 at roots
-    children: np.ndarray  # (M, V, C) member indices, -1 padded
+    parent_slot: np.ndarray  # (M, V) the parent's vertex slot in the same tree (0 at roots)
+    kids: np.ndarray  # (S, V, C) member indices of switch member R + s's children, -1 padded
+    kid_slot: np.ndarray  # (S, V, C) each child's vertex slot in the same tree (0 where absent)
     nchild: np.ndarray  # (M, V)
     child_pos: np.ndarray  # (M, V) this vertex's index among its parent's children
     depths: list[int]
@@ -210,58 +226,91 @@ class Forest:
 
     @property
     def fanout(self) -> int:
-        return int(max(self.children.shape[2], 1))
+        return int(max(self.kids.shape[2], 1))
 
     def member_of(self, nodes) -> np.ndarray:
         return np.searchsorted(self.members, np.asarray(nodes, dtype=np.int64))
 
 
 def build_forest(trees: list) -> Forest:
+    """The trees' vertices as per-(member, slot) arrays, all trees at once (a switch's slots in tree order)."""
     ranks = np.sort(np.concatenate([t.ranks for t in trees]))
     if np.any(ranks[1:] == ranks[:-1]):
         raise ValueError("a rank can take part in one aggregation tree of a phase only")
-    switches = np.unique(np.concatenate([t.switches for t in trees]))
+    T = len(trees)
+    # every switch vertex, tree by tree, level by level (the order in which a switch's slots are handed out)
+    levels = [(ti, t.depth, lv) for ti, t in enumerate(trees) for lv in t.levels]
+    C = int(max([lv.children.shape[1] for _, _, lv in levels] + [1]))
+    v_node = np.concatenate([lv.switches for _, _, lv in levels]) if levels else np.zeros(0, np.int64)
+    switches = np.unique(v_node)
     members = np.concatenate([ranks, switches])
-    M = members.size
-    member_of = lambda nodes: np.searchsorted(members, nodes)  # noqa: E731
-    count = np.zeros(M, np.int64)
-    for t in trees:
-        count[member_of(t.switches)] += 1
-    V = int(max(1, count.max(initial=0)))
-    C = int(max([lv.children.shape[1] for t in trees for lv in t.levels] + [1]))
+    M, R = members.size, ranks.size
+    index = np.full(int(members.max(initial=-1)) + 1, -1, np.int64)
+    index[members] = np.arange(M, dtype=np.int64)
+    n_per = [lv.switches.size for _, _, lv in levels]
+    v_tree = np.repeat(np.array([ti for ti, _, _ in levels], np.int64), n_per)
+    v_level = np.repeat(np.array([lv.level for _, _, lv in levels], np.int64), n_per)
+    v_depth = np.repeat(np.array([d for _, d, _ in levels], np.int64), n_per)
+    v_kids = np.full((v_node.size, C), -1, np.int64)
+    row = 0
+    for (_, _, lv), n in zip(levels, n_per, strict=True):
+        v_kids[row:row + n, :lv.children.shape[1]] = lv.children
+        row += n
+    v_mem = index[v_node]
+    # slot of each vertex: how many vertices on the same switch come before it
+    order = np.argsort(v_mem, kind="stable")
+    sorted_mem = v_mem[order]
+    first = np.searchsorted(sorted_mem, sorted_mem)
+    v_slot = np.empty(v_node.size, np.int64)
+    v_slot[order] = np.arange(v_node.size) - first
+    V = int(max(1, v_slot.max(initial=-1) + 1))
     level = np.full((M, V), -1, np.int64)
     tree_of = np.full((M, V), -1, np.int64)
     top = np.zeros((M, V), np.int64)
     parent = np.full((M, V), -1, np.int64)
-    children = np.full((M, V, C), -1, np.int64)
+    parent_slot = np.zeros((M, V), np.int64)
+    kids = np.full((switches.size, V, C), -1, np.int64)
+    kid_slot = np.zeros((switches.size, V, C), np.int64)
     nchild = np.zeros((M, V), np.int64)
     child_pos = np.zeros((M, V), np.int64)
-    used = np.zeros(M, np.int64)
-    for ti, t in enumerate(trees):
-        rm = member_of(t.ranks)
-        level[rm, 0], tree_of[rm, 0], top[rm, 0] = 0, ti, t.depth
-        slot_of = {}  # switch member -> its vertex slot in this tree
-        for lv in t.levels:
-            sm = member_of(lv.switches)
-            sk = used[sm]
-            used[sm] += 1
-            slot_of.update(zip(sm.tolist(), sk.tolist(), strict=True))
-            level[sm, sk], tree_of[sm, sk], top[sm, sk] = lv.level, ti, t.depth
-            kids = lv.children
-            valid = kids >= 0
-            nchild[sm, sk] = valid.sum(axis=1)
-            km = np.where(valid, member_of(np.where(valid, kids, 0)), -1)
-            children[sm, sk, :kids.shape[1]] = km
-            rows, cols = np.nonzero(valid)
-            kmem = km[rows, cols]
-            kslot = np.zeros(kmem.size, np.int64) if lv.level == 1 else \
-                np.array([slot_of[int(x)] for x in kmem.tolist()], np.int64)
-            if lv.level > 1:
-                assert np.all(level[kmem, kslot] == lv.level - 1), "SHARP trees are balanced"
-            parent[kmem, kslot] = sm[rows]
-            child_pos[kmem, kslot] = cols
-    return Forest(members, ranks, level, tree_of, top, parent, children, nchild, child_pos,
+    # (member, slot) tables are written through flat indices member * V + slot (1-D fancy indexing is many
+    # times faster than 2-D at this scale)
+    flat = lambda a: a.reshape(-1)  # noqa: E731
+    r_at = index[np.concatenate([t.ranks for t in trees])] * V
+    flat(level)[r_at] = 0
+    flat(tree_of)[r_at] = np.repeat(np.arange(T, dtype=np.int64), [t.ranks.size for t in trees])
+    flat(top)[r_at] = np.repeat(np.array([t.depth for t in trees], np.int64), [t.ranks.size for t in trees])
+    v_at = v_mem * V + v_slot
+    flat(level)[v_at], flat(tree_of)[v_at], flat(top)[v_at] = v_level, v_tree, v_depth
+    valid = v_kids >= 0
+    flat(nchild)[v_at] = valid.sum(axis=1)
+    km = np.where(valid, index[np.where(valid, v_kids, 0)], -1)
+    kids.reshape(-1, C)[(v_mem - R) * V + v_slot] = km
+    rows, cols = np.nonzero(valid)
+    kmem = km[rows, cols]
+    # a child's slot: 0 for ranks, else its vertex in the same tree (looked up by (member, tree))
+    key = v_mem * T + v_tree
+    korder = np.argsort(key, kind="stable")
+    up_lvl = v_level[rows] > 1
+    kslot = np.zeros(kmem.size, np.int64)
+    if up_lvl.any():
+        want = kmem[up_lvl] * T + v_tree[rows[up_lvl]]
+        pos = korder[np.searchsorted(key[korder], want)]
+        kslot[up_lvl] = v_slot[pos]
+        assert np.all(flat(level)[kmem[up_lvl] * V + kslot[up_lvl]] == v_level[rows[up_lvl]] - 1), \
+            "SHARP trees are balanced"
+    flat(kid_slot)[((v_mem[rows] - R) * V + v_slot[rows]) * C + cols] = kslot
+    k_at = kmem * V + kslot
+    flat(parent)[k_at] = v_mem[rows]
+    flat(parent_slot)[k_at] = v_slot[rows]
+    flat(child_pos)[k_at] = cols
+    return Forest(members, ranks, level, tree_of, top, parent, parent_slot, kids, kid_slot, nchild, child_pos,
                   [t.depth for t in trees], switches)
+
+
+def _idle(kind):
+    """A lane idle for every member (vectorized evaluation: costs nothing to skip)."""
+    return kind(-1, 0)
 
 
 def forest_phase(name: str, forest: Forest, table: ChunkTable, mode: str, chunks: int, *,
@@ -273,28 +322,48 @@ def forest_phase(name: str, forest: Forest, table: ChunkTable, mode: str, chunks
     "reduce" / "broadcast": as allreduce, but only toward / from rank node `root` (the path's switches
     relay); "gather": every rank's chunk rank_chunk[rank] goes up (switches store their subtree's range,
     which must be contiguous), and the root's range comes down (chunks must be 1).
+
+    The slot function returns, for one member, the lanes of its own vertices (child lanes on switches only);
+    evaluated over an array of members it returns the same V x (2C + 2) lanes for any array, computing child
+    lanes over the switch members among them only and marking lanes idle for all of them with a scalar peer
+    -1, so that the analytic simulator may evaluate ranks and switches separately and skip idle lanes.
     """
     f, c = forest, int(chunks)
     M, V = f.level.shape
+    R = f.ranks.size
     C = f.fanout
     U = C if not multicast else 1
     Lmax = max(f.depths)
-    is_switch = np.arange(M) >= f.ranks.size
+    gather = mode == "gather"
+    # per vertex slot k, contiguous columns over all members
+    lvl_k = np.ascontiguousarray(f.level.T)
+    top_k = np.ascontiguousarray(f.top.T)
+    tree_k = np.ascontiguousarray(np.maximum(f.tree, 0).T)
+    par_k = np.ascontiguousarray(f.parent.T)
+    nchild_k = np.ascontiguousarray(f.nchild.T)
+    pos_k = np.ascontiguousarray(f.child_pos.T)
+    S = M - R
     lo = np.zeros((M, V), np.int64)
     hi = np.zeros((M, V), np.int64)
-    if mode == "gather":
+    if gather:
         assert c == 1
-        lo[: f.ranks.size, 0] = rank_chunk
-        hi[: f.ranks.size, 0] = np.asarray(rank_chunk) + 1
+        lo[:R, 0] = rank_chunk
+        hi[:R, 0] = np.asarray(rank_chunk) + 1
         for lvl in range(1, Lmax + 1):  # a subtree's range: its children's, which must be adjacent
-            at = np.argwhere(f.level == lvl)
-            for m, k in at.tolist():
-                kids = f.children[m, k, : f.nchild[m, k]]
-                klo = np.array([lo[x, _slot(f, x, f.tree[m, k])] for x in kids.tolist()])
-                khi = np.array([hi[x, _slot(f, x, f.tree[m, k])] for x in kids.tolist()])
-                if khi.sum() - klo.sum() != khi.max() - klo.min():
-                    raise ValueError("the ranks under a switch do not hold adjacent blocks")
-                lo[m, k], hi[m, k] = klo.min(), khi.max()
+            s_idx, k_idx = np.nonzero(f.level[R:] == lvl)
+            if s_idx.size == 0:
+                continue
+            km, ks = f.kids[s_idx, k_idx], f.kid_slot[s_idx, k_idx]  # (n, C)
+            valid = km >= 0
+            x, xk = np.where(valid, km, 0), np.where(valid, ks, 0)
+            klo, khi = lo[x, xk], hi[x, xk]
+            big = np.iinfo(np.int64).max
+            lo_min = np.where(valid, klo, big).min(axis=1)
+            hi_max = np.where(valid, khi, -big).max(axis=1)
+            span = np.where(valid, khi - klo, 0).sum(axis=1)
+            if np.any(span != hi_max - lo_min):
+                raise ValueError("the ranks under a switch do not hold adjacent blocks")
+            lo[R + s_idx, k_idx], hi[R + s_idx, k_idx] = lo_min, hi_max
         base = np.zeros(len(f.depths), np.int64)
     else:
         base = np.asarray(tree_chunk0, dtype=np.int64)
@@ -303,96 +372,169 @@ def forest_phase(name: str, forest: Forest, table: ChunkTable, mode: str, chunks
         m, k = int(f.member_of([root])[0]), 0
         while m >= 0:
             path[m, k] = True
-            p = int(f.parent[m, k])
-            k = _slot(f, p, f.tree[m, k]) if p >= 0 else 0
-            m = p
+            m, k = int(f.parent[m, k]), int(f.parent_slot[m, k])
+    path_k = np.ascontiguousarray(path.T)
+    lo_k, hi_k = np.ascontiguousarray(lo.T), np.ascontiguousarray(hi.T)
     # per (member, slot): the data range of chunk s is [first + s, first + s + n)
     whole_lo = np.zeros(len(f.depths), np.int64)
     whole_hi = np.zeros(len(f.depths), np.int64)
-    if mode == "gather":
+    if gather:
         for ti in range(len(f.depths)):
-            sel = f.tree[: f.ranks.size, 0] == ti
-            whole_lo[ti], whole_hi[ti] = lo[: f.ranks.size, 0][sel].min(), hi[: f.ranks.size, 0][sel].max()
-    child_lo = np.zeros(f.children.shape, np.int64)
-    child_n = np.zeros_like(child_lo)
-    child_path = np.zeros(f.children.shape, bool)
-    if mode == "gather" or root is not None:
-        for m, k, i in np.argwhere(f.children >= 0).tolist():
-            x = int(f.children[m, k, i])
-            xk = _slot(f, x, f.tree[m, k])
-            child_lo[m, k, i], child_n[m, k, i] = lo[x, xk], hi[x, xk] - lo[x, xk]
-            child_path[m, k, i] = path[x, xk]
+            sel = f.tree[:R, 0] == ti
+            whole_lo[ti], whole_hi[ti] = lo[:R, 0][sel].min(), hi[:R, 0][sel].max()
+    child_lo = child_n = child_path = None
+    if gather or root is not None:
+        valid = f.kids >= 0
+        x, xk = np.where(valid, f.kids, 0), f.kid_slot
+        child_lo = np.where(valid, lo[x, xk], 0)
+        child_n = np.where(valid, hi[x, xk] - lo[x, xk], 0)
+        child_path = valid & path[x, xk]
 
     nslots = (f.level >= 0).sum(axis=1)
+    nchild_max = nchild_k[:, R:].max(axis=1, initial=0) if S else np.zeros(V, np.int64)
+    up_kind = [recv if (gather or mode == "broadcast" or i == 0) else recv_reduce for i in range(C)]
 
     def slots(m, t):
         m, t = np.asarray(m), np.asarray(t)
         out = []
-        scalar = np.ndim(m) == 0  # one member: only its own vertices' lanes, child lanes only on switches
-        for k in range(int(nslots[m]) if scalar else V):
-            lvl, L, tr = f.level[m, k], f.top[m, k], np.maximum(f.tree[m, k], 0)
+        vector = np.ndim(m) != 0
+        if not vector:  # one member: only its own vertices' lanes, child lanes only on switches
+            mm, tt = m, t
+            on_switch = bool(m >= R)
+            sm, st, scatter = (m, t, None) if on_switch else (None, None, None)
+            ks, fan, shape, nflat = int(nslots[m]), (C if on_switch else 0), None, 0
+        else:  # many members: every lane, child lanes computed on the switch members among them
+            if t.ndim:
+                mb, tb = np.broadcast_arrays(m, t)
+                mm, tt = mb.ravel(), tb.ravel()
+                shape = mb.shape
+            else:
+                mm, tt, shape = m.ravel(), t, m.shape
+            nflat = mm.size
+            at = np.flatnonzero(mm >= R)
+            if at.size == nflat:
+                sm, st, scatter = mm, tt, None
+            else:
+                sm, st, scatter = mm[at], (tt[at] if np.ndim(tt) else tt), at
+            ks, fan = V, C
+
+        def shaped(x):
+            return x if shape is None or np.ndim(x) == 0 else np.reshape(x, shape)
+
+        def own(kind, on, peer, chunk, n=1):
+            """A lane over mm (aligned arrays or scalars)."""
+            if vector and not on.any():
+                return _idle(kind)
+            return kind(shaped(_on(on, peer)), shaped(chunk), shaped(n))
+
+        def child(kind, on, peer, chunk, n=1):
+            """A lane over the switch members sm, scattered back over mm in vector mode."""
+            if not vector:
+                return kind(_on(on, peer), chunk, n)
+            if not on.any():
+                return _idle(kind)
+            if scatter is None:
+                return kind(shaped(_on(on, peer)), shaped(chunk), shaped(n))
+            where = scatter[on]
+            pf = np.full(nflat, -1, np.int64)
+            pf[where] = np.broadcast_to(peer, on.shape)[on]
+            cf = np.zeros(nflat, np.int64)
+            cf[where] = np.broadcast_to(chunk, on.shape)[on]
+            if np.ndim(n):
+                nf = np.zeros(nflat, np.int64)
+                nf[where] = np.broadcast_to(n, on.shape)[on]
+            else:
+                nf = n
+            return kind(shaped(pf), shaped(cf), shaped(nf))
+
+        for k in range(ks):
+            lvl = lvl_k[k][mm]
             has = lvl >= 0
-            par = f.parent[m, k]
-            nch = np.maximum(f.nchild[m, k], 1)
-            sw = is_switch[m] & has
-            if mode == "gather":
-                rng_up = (lo[m, k], hi[m, k] - lo[m, k])
+            if vector and not has.any():
+                out += [_idle(up_kind[i]) for i in range(fan)] + [_idle(send), _idle(recv)] + \
+                    [_idle(send) for _ in range(fan)]
+                continue
+            L, tr, par = top_k[k][mm], tree_k[k][mm], par_k[k][mm]
+            if gather:
+                rng_up = (lo_k[k][mm], hi_k[k][mm] - lo_k[k][mm])
                 rng_down = (whole_lo[tr], whole_hi[tr] - whole_lo[tr])
             # up: children send chunk s in round s + lvl - 1, I send it in round s + lvl
-            s_in = t - lvl + 1
-            fan = 0 if scalar and not is_switch[m] else C
-            for i in range(fan):
-                rot = i if (reproducible or mode == "gather") else (i + s_in) % nch
-                kid = f.children[m, k, np.minimum(rot, C - 1)]
-                on = sw & (kid >= 0) & (i < f.nchild[m, k]) & (s_in >= 0) & (s_in < c)
-                if mode == "gather":
-                    out.append(recv(_on(on, kid), child_lo[m, k, i], child_n[m, k, i]))
-                elif mode == "broadcast":
-                    out.append(recv(_on(on & child_path[m, k, rot], kid), base[tr] + s_in))
-                else:
-                    kind = recv if i == 0 else recv_reduce
-                    out.append(kind(_on(on, kid), base[tr] + s_in))
-            s_up = t - lvl
+            if fan and sm is not None and (not vector or nchild_max[k] > 0):
+                s_lvl = lvl_k[k][sm]
+                s_has = s_lvl >= 0
+                s_nchild = nchild_k[k][sm]
+                s_tr, s_L = tree_k[k][sm], top_k[k][sm]
+                krows = f.kids[sm - R, k]
+                s_in = st - s_lvl + 1
+                in_win = s_has & (s_in >= 0) & (s_in < c)
+                nch = np.maximum(s_nchild, 1)
+                top_i = int(s_nchild.max(initial=0)) if vector else fan
+                rows = np.arange(krows.shape[0]) if krows.ndim == 2 else None
+
+                def pick(table, col, rows=rows):
+                    col = np.minimum(col, C - 1)
+                    return table[..., col] if np.ndim(col) == 0 else \
+                        (table[col] if rows is None else table[rows, col])
+
+                for i in range(fan):
+                    if i >= top_i:
+                        out.append(_idle(up_kind[i]))
+                        continue
+                    rot = i if (reproducible or gather) else (i + s_in) % nch
+                    kid = pick(krows, rot)
+                    on = in_win & (kid >= 0) & (i < s_nchild)
+                    if gather:
+                        out.append(child(recv, on, kid, child_lo[sm - R, k, i], child_n[sm - R, k, i]))
+                    elif mode == "broadcast":
+                        out.append(child(recv, on & pick(child_path[sm - R, k], rot), kid, base[s_tr] + s_in))
+                    else:
+                        out.append(child(up_kind[i], on, kid, base[s_tr] + s_in))
+            else:
+                out += [_idle(up_kind[i]) for i in range(fan)]
+            s_up = tt - lvl
             on = has & (par >= 0) & (s_up >= 0) & (s_up < c)
             if mode == "broadcast":
-                on &= path[m, k]
-            out.append(send(_on(on, par), *(rng_up if mode == "gather" else (base[tr] + s_up, 1))))
+                on &= path_k[k][mm]
+            out.append(own(send, on, par, *(rng_up if gather else (base[tr] + s_up, 1))))
             # down
             if multicast:
-                s_rx = t - 2 * L + lvl + 1
+                s_rx = tt - 2 * L + lvl + 1
             else:
-                q, r = np.divmod(t - L - (L - lvl - 1) * U - f.child_pos[m, k], U)
+                q, r = np.divmod(tt - L - (L - lvl - 1) * U - pos_k[k][mm], U)
                 s_rx = np.where(r == 0, q, -1)
             on = has & (par >= 0) & (s_rx >= 0) & (s_rx < c)
             if mode == "reduce":
-                on &= path[m, k]
+                on &= path_k[k][mm]
             elif mode == "broadcast":
-                on &= ~path[m, k]
-            out.append(recv(_on(on, par), *(rng_down if mode == "gather" else (base[tr] + s_rx, 1))))
-            for i in range(fan):
-                kid = f.children[m, k, i]
-                if multicast:
-                    s_tx = t - 2 * L + lvl
-                else:
-                    q, r = np.divmod(t - L - (L - lvl) * U - i, U)
-                    s_tx = np.where(r == 0, q, -1)
-                on = sw & (kid >= 0) & (s_tx >= 0) & (s_tx < c)
-                if mode == "reduce":
-                    on &= child_path[m, k, i]
-                elif mode == "broadcast":
-                    on &= ~child_path[m, k, i]
-                out.append(send(_on(on, kid), *(rng_down if mode == "gather" else (base[tr] + s_tx, 1))))
+                on &= ~path_k[k][mm]
+            out.append(own(recv, on, par, *(rng_down if gather else (base[tr] + s_rx, 1))))
+            if fan and sm is not None and (not vector or nchild_max[k] > 0):
+                if gather:
+                    s_rng = (whole_lo[s_tr], whole_hi[s_tr] - whole_lo[s_tr])
+                for i in range(fan):
+                    if i >= top_i:
+                        out.append(_idle(send))
+                        continue
+                    kid = krows[..., i]
+                    if multicast:
+                        s_tx = st - 2 * s_L + s_lvl
+                    else:
+                        q, r = np.divmod(st - s_L - (s_L - s_lvl) * U - i, U)
+                        s_tx = np.where(r == 0, q, -1)
+                    on = s_has & (kid >= 0) & (s_tx >= 0) & (s_tx < c)
+                    if mode == "reduce":
+                        on &= child_path[sm - R, k, i]
+                    elif mode == "broadcast":
+                        on &= ~child_path[sm - R, k, i]
+                    out.append(child(send, on, kid, *(s_rng if gather else (base[s_tr] + s_tx, 1))))
+            else:
+                out += [_idle(send) for _ in range(fan)]
         return out
 
     if multicast and len(set(f.depths)) == 1:
         return Phase(name, f.members[None, :], table, pipeline_rounds(slots, 2 * Lmax, c, name))
     rounds = c + 2 * Lmax - 1 if multicast else Lmax + (Lmax + c - 1) * U
     return Phase(name, f.members[None, :], table, [Round(slots, repeats=rounds, name=name)])
-
-
-def _slot(f: Forest, m: int, tree: int) -> int:
-    k = np.flatnonzero(f.tree[m] == tree)
-    return int(k[0])
 
 
 # -- SHARP refusals ---------------------------------------------------------------------------------------------

@@ -57,24 +57,32 @@ class Tree:
         has_parent = parent >= 0
         assert int((~has_parent).sum()) == (1 if n else 0), "a tree has exactly one root"
         kids, owners = nodes[has_parent], parent[has_parent]
-        order = np.lexsort((kids, owners))
-        kids, owners = kids[order], owners[order]
-        first = np.r_[True, owners[1:] != owners[:-1]] if kids.size else np.zeros(0, bool)
-        children = np.full((n, 2), -1, dtype=np.int64)
-        children[owners[first], 0] = kids[first]
-        second = ~first
-        assert not (second[1:] & second[:-1]).any(), "binary tree: at most two children per node"
-        children[owners[second], 1] = kids[second]
-        # depth and height by repeated relaxation along the parent pointers: O(n · depth) = O(n lg n)
-        depth = np.zeros(n, dtype=np.int64)
+        # a node's children in increasing order: the smaller one, then the larger one if there are two
+        nkids = np.bincount(owners, minlength=n)
+        assert not (nkids > 2).any(), "binary tree: at most two children per node"
+        lo = np.full(n, n, dtype=np.int64)
+        hi = np.full(n, -1, dtype=np.int64)
+        np.minimum.at(lo, owners, kids)
+        np.maximum.at(hi, owners, kids)
+        children = np.stack([np.where(nkids >= 1, lo, -1), np.where(nkids == 2, hi, -1)], axis=1)
+        # depth by pointer jumping: after step i, anc is the 2^i-th ancestor (-1 above the root) and depth counts
+        # the edges climbed so far: O(n lg depth)
+        depth = has_parent.astype(np.int64)  # distance to anc (the depth once anc = -1)
         anc = parent.copy()
-        while (anc >= 0).any():
-            depth += anc >= 0
-            anc = np.where(anc >= 0, parent[np.maximum(anc, 0)], -1)
+        live = np.flatnonzero(anc >= 0)
+        while live.size:
+            up = anc[live]
+            depth[live] += depth[up]  # simultaneous: depth[up] of a live up is read before this step's writes
+            anc[live] = anc[up]
+            live = live[anc[live] >= 0]
+        # height: the levels bottom-up (children before parents), each node the max over its <= 2 children
         height = np.zeros(n, dtype=np.int64)
-        for d in range(int(depth.max(initial=0)), 0, -1):  # children before parents, one level at a time
-            at = nodes[depth == d]
-            np.maximum.at(height, parent[at], height[at] + 1)
+        order = np.argsort(depth, kind="stable")
+        bounds = np.searchsorted(depth[order], np.arange(int(depth.max(initial=0)) + 2))
+        for d in range(int(depth.max(initial=0)) - 1, -1, -1):
+            at = order[bounds[d]:bounds[d + 1]]
+            ch = children[at]
+            height[at] = np.where(ch >= 0, height[np.maximum(ch, 0)] + 1, 0).max(axis=1)
         # the invariant the pipeline timing relies on: a child is strictly lower than its parent
         assert (height[kids] < height[owners]).all()
         return cls(parent, children, height, depth)
@@ -96,12 +104,46 @@ def double_binary_tree(n: int) -> tuple[Tree, Tree]:
 def dbt_rounds(trees: tuple[Tree, Tree], chunks: int) -> list[Round]:
     """Round t: reduce segment t - height up, broadcast segment t - H - depth down, in each tree at once."""
     heights = [int(tr.height.max(initial=0)) for tr in trees]
+    n = int(trees[0].parent.size)
 
     def active(b, peer, seg):
         """(peer, chunk id) of segment `seg` of block b; idle where there is no peer or no such segment."""
         return np.where((peer >= 0) & (seg >= 0) & (seg < chunks), peer, -1), b * chunks + np.clip(seg, 0, chunks - 1)
 
+    def lanes():
+        """Per lane (in slot order): (block, kind, peer of every member, key): member m works on segment
+        t - key[m] in round t, where it has a peer."""
+        out = []
+        for b, (tr, H) in enumerate(zip(trees, heights, strict=True)):
+            for j in range(2):
+                child = tr.children[:, j]
+                out.append((b, recv_reduce, child, tr.height[np.maximum(child, 0)]))
+            out.append((b, send, tr.parent, tr.height))
+            out.append((b, recv, tr.parent, H + tr.depth - 1))
+            for j in range(2):
+                out.append((b, send, tr.children[:, j], H + tr.depth))
+        return out
+
+    index: list = []
+
+    def by_key():
+        """Per lane: members with a peer sorted by key (stable) and where each key starts, so the members busy
+        in round t (key in (t - chunks, t]) are one slice: a whole round costs its own messages, not n."""
+        if not index:
+            for b, kind, peer, key in lanes():
+                mem = np.flatnonzero(peer >= 0)
+                k = key[mem]
+                order = np.argsort(k, kind="stable")
+                mem, k = mem[order], k[order]
+                top = int(k.max(initial=-1))
+                starts = np.searchsorted(k, np.arange(top + 2))
+                index.append((b, kind, peer, key, mem, starts, top))
+        return index
+
     def slots(m, t):
+        if np.ndim(m) == 1 and np.ndim(t) == 0 and np.size(m) == n and n and m[0] == 0 and m[-1] == n - 1 \
+                and (n == 1 or bool(np.all(np.diff(m) == 1))):
+            return every_member(int(t))
         out = []
         # tree 0's slots come before tree 1's on every node, so two messages between the same pair of
         # nodes in one round (one per tree) are matched in the same program order at both ends
@@ -115,6 +157,22 @@ def dbt_rounds(trees: tuple[Tree, Tree], chunks: int) -> list[Round]:
             out.append(recv(*active(b, parent, t - H - tr.depth[m] + 1)))
             for j in range(2):
                 out.append(send(*active(b, tr.children[m, j], t - H - tr.depth[m])))
+        return out
+
+    def every_member(t: int):
+        """slots(np.arange(n), t), built from the busy members only (the analytic simulator's call)."""
+        out = []
+        for b, kind, peer, key, mem, starts, top in by_key():
+            lo, hi = max(t - chunks + 1, 0), min(t, top)
+            busy = mem[starts[lo]:starts[hi + 1]] if lo <= hi else mem[:0]
+            if busy.size == 0:
+                out.append(kind(-1, 0))
+                continue
+            pf = np.full(n, -1, np.int64)
+            pf[busy] = peer[busy]
+            cf = np.zeros(n, np.int64)
+            cf[busy] = b * chunks + (t - key[busy])
+            out.append(kind(pf, cf))
         return out
 
     # lags run from 0 (leaves sending up) to 2H - 1 (the deepest parents sending down)

@@ -297,3 +297,13 @@ def test_errors_are_clear():
         algorithms.build("hierarchical", collective="allreduce", world_size=6, count=6, topology=t, intra="x")
     with pytest.raises(ValueError, match="needs a topology"):
         algorithms.build("sharp", collective="allreduce", world_size=6, count=6)
+
+
+@pytest.mark.parametrize("name", ["hierarchical", "nvls", "sharp"])
+def test_fully_connected_is_a_clear_value_error(name):
+    """A topology without scale-up domains or switches (fully_connected) is refused with a ValueError that says
+    what is missing, not an AttributeError from deep inside the builder."""
+    from collectives.topology import fully_connected
+
+    with pytest.raises(ValueError, match=r"scale-up domains.*fully-connected.*num_domains"):
+        algorithms.build(name, collective="allreduce", world_size=8, count=16, topology=fully_connected(8))

@@ -52,7 +52,12 @@ def test_choose_picks_the_fastest_and_says_why():
     small, why = choose("allreduce", 64, t)
     large, why_large = choose("allreduce", 256 << 20, t)
     assert small in ("recursive_doubling", "rabenseifner", "binomial", "double_binary_tree")
-    assert large in ("ring", "rabenseifner")
+    # with chunk selection a pipelined tree competes at its best chunk count (on fully_connected every pair has
+    # its own link, so a pipelined double binary tree beats the ring there); the reason names the count
+    # `direct` (reduce-scatter by one round of direct sends) is fastest where every pair has its own link
+    assert large in ("ring", "rabenseifner", "double_binary_tree", "direct")
+    if large == "double_binary_tree":
+        assert "double_binary_tree (chunks=" in why_large
     assert "fastest" in why and "runners-up" in why_large
     assert choose("allreduce", 64, t) == (small, why)  # cached
     assert tune_mod._choose.cache_info().hits >= 1
@@ -142,3 +147,55 @@ def test_cli_tune(capsys, monkeypatch):
     assert "tuning table: allreduce on dgx-h100" in cap.out and "chain" not in cap.out.split("runners-up")[-1]
     assert "excluded chain" in cap.out
     assert "tuning allreduce" in cap.err  # the progress bar
+
+
+def test_chunk_candidates():
+    assert tune_mod.chunk_candidates("double_binary_tree", 8) == [1]
+    assert tune_mod.chunk_candidates("double_binary_tree", 4 * tune_mod.TUNE_MIN_CHUNK_BYTES) == [1, 2, 4]
+    big = tune_mod.chunk_candidates("double_binary_tree", 1 << 40)
+    assert big[0] == 1 and big[-1] == tune_mod.TUNE_MAX_CHUNKS
+    assert tune_mod.chunk_candidates("rabenseifner", 1 << 30) == []  # no chunks parameter
+    assert tune_mod.chunk_candidates("sharp", 1 << 30) == []  # chunks=None: the builder plans its own
+    assert tune_mod.chunk_candidates("double_binary_tree", 1 << 30, {"chunks": 3}) == []  # the caller's
+
+
+def test_tune_chooses_chunks_for_pipelined_trees():
+    t = fully_connected(64, latency=2e-6, bandwidth=20e9, reduce_bandwidth=50e9)
+    sizes = [8, 1 << 20, 256 << 20]
+    table = tune(t, "allreduce", sizes, algorithms=["double_binary_tree", "ring"])
+    plain = tune(t, "allreduce", sizes, algorithms=["double_binary_tree", "ring"], choose_chunks=False)
+    small, _, large = table.rows
+    assert "double_binary_tree" not in small.params  # 8 B: one chunk, nothing to pipeline
+    c = large.params["double_binary_tree"]["chunks"]
+    assert c > 1 and 256 << 20 >= c * tune_mod.TUNE_MIN_CHUNK_BYTES
+    # the time reported is the simulator's at that chunk count, and no slower than the default's
+    from collectives.simulate import simulate
+
+    want = simulate("double_binary_tree", t, 256 << 20, mode="analytic", chunks=c).time
+    assert large.times["double_binary_tree"] == pytest.approx(want, rel=1e-12)
+    assert large.times["double_binary_tree"] < plain.rows[-1].times["double_binary_tree"]
+    for r, p in zip(table.rows, plain.rows, strict=True):
+        assert all(r.times[n] <= p.times[n] for n in r.times)
+    assert large.label("double_binary_tree") == f"double_binary_tree (chunks={c})"
+    assert f"double_binary_tree (chunks={c})" in table.format()
+    # ring's pipelined form costs p rounds to analyse and cannot win: the tuner does not try it
+    assert "ring" not in large.params
+
+
+def test_choose_reports_chunks_and_auto_uses_them(monkeypatch):
+    monkeypatch.setenv("COLLECTIVES_ALGO", "double_binary_tree,binomial")
+    t = fully_connected(64, latency=2e-6, bandwidth=20e9, reduce_bandwidth=50e9)
+    name, params, why = tune_mod.select("allreduce", 256 << 20, t)
+    assert name in ("double_binary_tree", "binomial") and params.get("chunks", 1) > 1
+    assert f"{name} (chunks={params['chunks']})" in why
+    assert choose("allreduce", 256 << 20, t) == (name, why)
+    from collectives.simulate import simulate
+
+    r = simulate("auto", t, 256 << 20, mode="analytic")
+    assert r.algorithm == name and r.params["chunks"] == params["chunks"] and r.reason == why
+
+
+def test_tuner_skips_in_network_algorithms_on_fully_connected():
+    table = tune(fully_connected(8), "allreduce", [1024], algorithms=["ring", "hierarchical", "nvls", "sharp"])
+    assert set(table.skipped) == {"hierarchical", "nvls", "sharp"}
+    assert all("scale-up domains" in why for why in table.skipped.values())

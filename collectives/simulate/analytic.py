@@ -89,23 +89,82 @@ def _freeze(value):
         return repr(value)
 
 
-def round_flows(phase, rnd, it: int) -> tuple[np.ndarray, ...]:
-    """(src, dst, chunks) of every message of one round iteration, and (node, chunks) of every reduction."""
+def member_blocks(phase, world_size: int | None) -> list[np.ndarray] | None:
+    """Member columns holding ranks and those holding switch nodes, when a phase has both (else None).
+
+    In-network slot functions compute their many child lanes over the switch members of the array they are
+    given only, so evaluating the two blocks apart avoids rank-sized work per child lane."""
+    if world_size is None or phase.groups.size == 0:
+        return None
+    col_switch = (phase.groups >= world_size).any(axis=0)
+    if col_switch.all() or not col_switch.any():
+        return None
+    return [np.flatnonzero(~col_switch), np.flatnonzero(col_switch)]
+
+
+def _idle(slot) -> bool:
+    return np.ndim(slot.peer) == 0 and int(slot.peer) < 0
+
+
+def _lanes(rnd, blocks: list[np.ndarray], it: int):
+    """Per lane: (kind, member indices in increasing order, their peers, their chunk counts), idle lanes left
+    out; the members of several blocks are merged as one evaluation over all of them would list them. None if
+    the blocks disagree on the lanes (a slot function whose lane list depends on the members given)."""
+    per_block = [rnd.slots(b, np.int64(it)) for b in blocks]
+    if len({len(x) for x in per_block}) != 1:
+        return None
+    out = []
+    for lane in zip(*per_block, strict=True):
+        busy = [(b, s) for b, s in zip(blocks, lane, strict=True) if not _idle(s)]
+        kinds = {s.kind for _, s in busy}
+        if len(kinds) > 1:
+            return None
+        if not busy:
+            continue
+        kind = busy[0][1].kind
+        if kind == OpKind.RECV:
+            out.append((kind, None, None, None))
+            continue
+        ms, ps, ns = [], [], []
+        for b, s in busy:
+            peer, _, n = evaluate_slot(s, b.shape)
+            at = np.flatnonzero(peer >= 0)
+            ms.append(b[at]), ps.append(peer[at]), ns.append(n[at])
+        m, peer, n = (np.concatenate(x) for x in (ms, ps, ns))
+        firsts = [x[0] for x in ms if x.size]
+        lasts = [x[-1] for x in ms if x.size]
+        if len(firsts) > 1 and not all(a < b for a, b in zip(lasts[:-1], firsts[1:], strict=True)):
+            order = np.argsort(m, kind="stable")  # interleaved blocks: back to member order
+            m, peer, n = m[order], peer[order], n[order]
+        out.append((kind, m, peer, n))
+    return out
+
+
+def round_flows(phase, rnd, it: int, blocks: list[np.ndarray] | None = None) -> tuple[np.ndarray, ...]:
+    """(src, dst, chunks) of every message of one round iteration, and (node, chunks) of every reduction.
+
+    `blocks` (see member_blocks) evaluates the slots over those member blocks apart; the flows come out the
+    same, in the same order."""
     M = phase.group_size
     members = np.arange(M, dtype=np.int64)
     groups = phase.groups
     G = groups.shape[0]
+    lanes = _lanes(rnd, blocks, it) if blocks else None
+    if lanes is None:
+        lanes = []
+        for slot in rnd.slots(members, np.int64(it)):
+            if slot.kind == OpKind.RECV or _idle(slot):
+                continue
+            peer, _, n = evaluate_slot(slot, members.shape)
+            m = np.flatnonzero(peer >= 0)
+            lanes.append((slot.kind, m, peer[m], n[m]))
     srcs, dsts, units, red_nodes, red_units = [], [], [], [], []
-    for slot in rnd.slots(members, np.int64(it)):
-        if slot.kind == OpKind.RECV:
+    for kind, m, peer, n in lanes:
+        if kind == OpKind.RECV or m.size == 0:
             continue
-        peer, _, n = evaluate_slot(slot, members.shape)
-        m = np.flatnonzero(peer >= 0)
-        if m.size == 0:
-            continue
-        u = np.broadcast_to(n[m].astype(np.float64), (G, m.size)).ravel()
-        if slot.kind == OpKind.SEND:
-            s, d = groups[:, m].ravel(), groups[:, peer[m]].ravel()
+        u = np.broadcast_to(n.astype(np.float64), (G, m.size)).ravel()
+        if kind == OpKind.SEND:
+            s, d = groups[:, m].ravel(), groups[:, peer].ravel()
             ok = (s >= 0) & (d >= 0)
             srcs.append(s[ok]), dsts.append(d[ok]), units.append(u[ok])
         else:  # RECV_REDUCE: the receiver reduces n chunks
@@ -117,39 +176,88 @@ def round_flows(phase, rnd, it: int) -> tuple[np.ndarray, ...]:
             cat(red_units, np.float64))
 
 
-def _round_cost(rules: CostRules, pi: int, flows: tuple, repeats: int, collapsed: bool) -> RoundCost:
+@dataclass
+class _Hops:
+    """The protocol-independent part of a round's costing: paths, loads, latencies, reductions."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    fidx: np.ndarray  # flow of each used hop (flow-major)
+    hl: np.ndarray  # link of each used hop
+    raw_bw: np.ndarray
+    hop_lat: np.ndarray
+    hop_load: np.ndarray  # chunks on each used hop's link
+    lat: np.ndarray  # path latency per flow
+    starts: np.ndarray  # first hop of each flow with hops
+    load_coef: float
+    tier: np.ndarray
+    rn: np.ndarray
+    rc: np.ndarray
+    rc_add: np.ndarray  # per flow: the receiver's reduction seconds per chunk-byte (0 if it does not reduce)
+    switch: bool  # some message starts or ends at a switch node
+    fabric: bool  # some message starts or ends at a fabric switch (its cost depends on the SHARP protocol)
+
+
+def _paths(rules: CostRules, src: np.ndarray, dst: np.ndarray) -> tuple:
+    """The messages' hops (flow-major, so each flow's hops are contiguous), their links' bandwidth, latency
+    and tier, and each path's latency: what a round's costing needs of its (src, dst) pairs alone."""
+    F = src.size
+    topo = rules.topology
+    if not F:
+        fidx = hl = np.zeros(0, np.int64)
+    elif hasattr(topo, "hop_list"):
+        fidx, hl = topo.hop_list(src, dst)
+    else:
+        links = topo.path_links(src, dst)
+        fidx, hidx = np.nonzero(links >= 0)
+        hl = links[fidx, hidx]
+    if not hl.size:
+        raw_bw, hop_lat, hop_tier = np.zeros(0), np.zeros(0), np.zeros(0, np.int64)
+    elif hasattr(topo, "link_attributes"):
+        raw_bw, hop_lat, hop_tier = topo.link_attributes(hl)
+    else:
+        raw_bw, hop_lat, hop_tier = topo.link_bandwidth(hl), topo.link_latency(hl), topo.link_tier(hl)
+    lat = np.bincount(fidx, weights=hop_lat, minlength=F) if hl.size else np.zeros(F)
+    starts = np.flatnonzero(np.r_[True, fidx[1:] != fidx[:-1]]) if hl.size else np.zeros(0, np.int64)
+    return fidx, hl, raw_bw, hop_lat, hop_tier.astype(np.int64), lat, starts
+
+
+class _PathCache:
+    """Paths of the (src, dst) pairs of rounds already costed in one structure() call: the two halves of a
+    ring or NVLS allreduce send over the same pairs, so each such round reuses the other's paths."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[np.ndarray, np.ndarray, tuple]] = []
+
+    def get(self, rules: CostRules, src: np.ndarray, dst: np.ndarray) -> tuple:
+        for s, d, paths in self.seen:
+            if s.shape == src.shape and np.array_equal(s, src) and np.array_equal(d, dst):
+                return paths
+        paths = _paths(rules, src, dst)
+        self.seen.append((src, dst, paths))
+        return paths
+
+
+def _hops(rules: CostRules, flows: tuple, cache: _PathCache | None = None) -> _Hops:
     src, dst, u, rn, ru = flows
     F = src.size
     topo = rules.topology
-    links = topo.path_links(src, dst) if F else np.zeros((0, 1), np.int64)
-    # work on the used hops only, flattened row by row (flow-major, so each flow's hops are contiguous)
-    fidx, hidx = np.nonzero(links >= 0)
-    hl = links[fidx, hidx]
-    raw_bw = topo.link_bandwidth(hl) if hl.size else np.zeros(0)
-    bw, factor = raw_bw, np.ones(hl.size)
-    if hl.size and _touches_switch(rules, src, dst):
-        bw_full, fac_full = rules.hop_bandwidth(src[:, None], dst[:, None], links)
-        bw, factor = bw_full[fidx, hidx], fac_full[fidx, hidx]
-    load = np.bincount(hl, weights=u[fidx], minlength=topo.num_links) if hl.size else np.zeros(0)
-    per_hop = load[hl] / bw if hl.size else np.zeros(0)
-    lat = np.bincount(fidx, weights=topo.link_latency(hl), minlength=F) if hl.size else np.zeros(F)
-    coef = np.zeros(F)
-    crit_link = np.full(F, -1, np.int64)
-    crit_factor = np.ones(F)
+    fidx, hl, raw_bw, hop_lat, hop_tier, lat, starts = (cache.get if cache else
+                                                        lambda r, a, b: _paths(r, a, b))(rules, src, dst)
     if hl.size:
-        starts = np.flatnonzero(np.r_[True, fidx[1:] != fidx[:-1]])
-        rows = fidx[starts]
-        best = np.maximum.reduceat(per_hop, starts)
-        coef[rows] = best
-        # the first hop of each flow that attains its maximum
-        at = np.flatnonzero(per_hop == coef[fidx])
-        first = at[np.r_[True, fidx[at][1:] != fidx[at][:-1]]]
-        crit_link[fidx[first]] = hl[first]
-        crit_factor[fidx[first]] = factor[first]
-        used = np.flatnonzero(load)
-        load_coef = float((load[used] / topo.link_bandwidth(used)).max()) if used.size else 0.0
-        tier = np.bincount(topo.link_tier(hl).astype(np.int64), weights=u[fidx], minlength=len(TIERS))[:len(TIERS)]
+        uh = u[fidx]
+        # chunks on each hop's link: over all links when the hops are many, over the links used when few
+        # (the same sums, in the same order)
+        if 8 * hl.size >= topo.num_links:
+            hop_load = np.bincount(hl, weights=uh, minlength=topo.num_links)[hl]
+        else:
+            _, inv = np.unique(hl, return_inverse=True)
+            hop_load = np.bincount(inv, weights=uh)[inv]
+        # the busiest link: a maximum over the hops is one over the links carrying anything
+        load_coef = float((hop_load / raw_bw).max())
+        tier = np.bincount(hop_tier, weights=uh, minlength=len(TIERS))[:len(TIERS)]
     else:
+        hop_load = np.zeros(0)
         load_coef = 0.0
         tier = np.zeros(len(TIERS))
     if rn.size:
@@ -160,12 +268,46 @@ def _round_cost(rules: CostRules, pi: int, flows: tuple, repeats: int, collapsed
         rc = ru / rules.reduce_rate(rn)
     else:
         rc = np.zeros(0)
-    rc_flow = coef.copy()
+    rc_add = None
     if F and rn.size:
         # receivers' reduction per flow (the flows into a node share its one fused reduction)
         pos = np.minimum(np.searchsorted(rn, dst), rn.size - 1)
         hit = rn[pos] == dst
-        rc_flow[hit] += rc[pos[hit]]
+        rc_add = (hit, rc[pos[hit]])
+    top = max(int(src.max()), int(dst.max())) if F else -1
+    switch = bool(hl.size) and top >= rules.world_size
+    fabric = switch and top >= rules.fabric_start
+    return _Hops(src, dst, fidx, hl, raw_bw, hop_lat, hop_load, lat, starts, load_coef, tier, rn, rc, rc_add, switch,
+                 fabric)
+
+
+def _round_cost(rules: CostRules, pi: int, h: _Hops, repeats: int, collapsed: bool) -> RoundCost:
+    src, dst, fidx, hl = h.src, h.dst, h.fidx, h.hl
+    F = src.size
+    bw, factor = h.raw_bw, None
+    if h.switch:
+        factor = rules.hop_factor(src[fidx], dst[fidx], h.raw_bw, h.hop_lat)
+        bw = h.raw_bw * factor
+    coef = np.zeros(F)
+    crit_link = np.full(F, -1, np.int64)
+    crit_factor = np.ones(F)
+    if hl.size:
+        per_hop = h.hop_load / bw
+        starts = h.starts
+        rows = fidx[starts]
+        best = np.maximum.reduceat(per_hop, starts)
+        coef[rows] = best
+        # the first hop of each flow that attains its maximum
+        at = np.flatnonzero(per_hop == coef[fidx])
+        first = at[np.r_[True, fidx[at][1:] != fidx[at][:-1]]]
+        crit_link[fidx[first]] = hl[first]
+        if factor is not None:
+            crit_factor[fidx[first]] = factor[first]
+    rc_flow = coef.copy()
+    if h.rc_add is not None:
+        hit, add = h.rc_add
+        rc_flow[hit] += add
+    lat = h.lat
     if F:
         # distinct (latency, seconds per byte) rows, minus those another row dominates in both
         keys, idx = np.unique(lat + 1j * rc_flow, return_index=True)
@@ -177,12 +319,8 @@ def _round_cost(rules: CostRules, pi: int, flows: tuple, repeats: int, collapsed
         uniq, idx = uniq[keep], idx[keep]
     else:
         uniq, idx = np.zeros((0, 2)), np.zeros(0, np.int64)
-    return RoundCost(pi, repeats, collapsed, src, dst, lat, coef, crit_link, crit_factor, rn, rc, tier, load_coef,
-                     uniq, idx, rc_flow)
-
-
-def _touches_switch(rules: CostRules, src: np.ndarray, dst: np.ndarray) -> bool:
-    return bool(max(int(src.max()), int(dst.max())) >= rules.world_size)
+    return RoundCost(pi, repeats, collapsed, src, dst, lat, coef, crit_link, crit_factor, h.rn, h.rc, h.tier,
+                     h.load_coef, uniq, idx, rc_flow)
 
 
 def _has_fabric_switches(schedule, rules: CostRules) -> bool:
@@ -202,18 +340,25 @@ def structure(schedule, rules: CostRules) -> Structure:
     flows = _FLOWS.get(fkey)
     if flows is None or flows[0] is not topo:
         flows = (topo, [])
+        paths = _PathCache()
         for pi, phase in enumerate(schedule.phases):
+            blocks = member_blocks(phase, schedule.world_size)
             for rnd in phase.rounds:
                 if rnd.repeats == 0:
                     continue
                 its = [0] if rnd.uniform else range(rnd.repeats)
                 for it in its:
+                    hops = _hops(rules, round_flows(phase, rnd, it, blocks), paths)
+                    # a round without fabric switches costs the same under either SHARP protocol: keep it
+                    fixed = None if hops.fabric else _round_cost(rules, pi, hops, rnd.repeats if rnd.uniform else 1,
+                                                                  rnd.uniform)
                     flows[1].append((pi, rnd.repeats if rnd.uniform else 1, rnd.uniform,
-                                     round_flows(phase, rnd, it)))
+                                     hops if fixed is None else None, fixed))
         if len(_FLOWS) >= _CACHE_MAX:
             _FLOWS.pop(next(iter(_FLOWS)))
         _FLOWS[fkey] = flows
-    rounds = [_round_cost(rules, pi, fl, reps, coll) for pi, reps, coll, fl in flows[1]]
+    rounds = [fixed if fixed is not None else _round_cost(rules, pi, hops, reps, coll)
+              for pi, reps, coll, hops, fixed in flows[1]]
     st = Structure([ph.name for ph in schedule.phases], rounds, max(schedule.num_nodes, topo.num_nodes))
     if len(_CACHE) >= _CACHE_MAX:
         _CACHE.pop(next(iter(_CACHE)))

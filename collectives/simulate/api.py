@@ -89,9 +89,10 @@ def simulate(algorithm, topology, nbytes: int | None = None, collective: str = "
         count = count_for(collective, nbytes, topology.world_size, isz)
         name = algorithm
         if algorithm == "auto":
-            from ..tune import choose
+            from ..tune import select
 
-            name, reason = choose(collective, int(nbytes), topology, dtype=str(dtype), op=op, **params)
+            name, tuned, reason = select(collective, int(nbytes), topology, dtype=str(dtype), op=op, **params)
+            params = {**tuned, **params}  # the chunk count the tuner chose, unless the caller set one
         schedule = build_schedule(name, topology, collective, count, str(dtype), op, root, **params)
     rules = CostRules(topology, dtype, nbytes_for(collective, schedule.count, schedule.world_size, isz))
     if mode == "auto":

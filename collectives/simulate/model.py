@@ -88,6 +88,22 @@ class CostRules:
                 factor[fab] = f[fab]
         return bw * factor, factor
 
+    def hop_factor(self, src: np.ndarray, dst: np.ndarray, bw: np.ndarray, lat: np.ndarray) -> np.ndarray:
+        """The in-network factor of `hop_bandwidth` for a flat list of used hops: hop h belongs to a message
+        src[h] -> dst[h] and crosses a link of raw bandwidth bw[h] and latency lat[h] (same rules, same floats)."""
+        factor = np.ones(bw.shape)
+        nvs = self.is_nvswitch(src) | self.is_nvswitch(dst)
+        if self.nvls_factor != 1.0 and nvs.any():
+            factor[nvs] = self.nvls_factor
+        fab = self.is_fabric_switch(src) | self.is_fabric_switch(dst)
+        if self.sharp is not None and fab.any():
+            if self.protocol == "sat":
+                factor[fab] = self.sharp.sat_efficiency
+            else:
+                cap = self.sharp.ost_quota * self.sharp.ost_size / np.maximum(2 * lat[fab], 1e-12)
+                factor[fab] = np.minimum(1.0, cap / bw[fab])
+        return factor
+
     def path_latency(self, links: np.ndarray) -> np.ndarray:
         lat = np.zeros(links.shape)
         on = links >= 0

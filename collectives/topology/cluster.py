@@ -530,7 +530,30 @@ class Cluster(Topology):
         return f"{name}[{rail}pod {X}, {Y}]"
 
     def node_labels(self, nodes: object) -> dict[int, str]:
-        return {int(n): self.node_label(int(n)) for n in np.asarray(nodes).ravel()}
+        """{node: node_label(node)}, with the fabric switches' addresses computed at once."""
+        arr = np.asarray(nodes, dtype=np.int64).ravel()
+        fab = arr[arr >= self.fabric_base]
+        if self.tree is None or fab.size == 0 or int(fab.max()) >= self.num_nodes:
+            return {int(n): self.node_label(int(n)) for n in arr.tolist()}
+        out: dict[int, str] = {}
+        lv, t, i = self._switch_addresses(fab)
+        W = np.asarray(self.tree.W, np.int64)
+        X, Y = np.divmod(i, W[lv])
+        leaf_split = self.blocked and not self.per_rail
+        for n, l_, t_, i_, x, y in zip(fab.tolist(), lv.tolist(), t.tolist(), i.tolist(), X.tolist(), Y.tolist(),
+                                       strict=True):
+            rail = f"rail {t_}, " if self.per_rail else ""
+            if l_ == 1:
+                if leaf_split:
+                    b, j = divmod(i_, self.R)
+                    out[n] = f"leaf[rail {j}, {b}]"
+                else:
+                    out[n] = f"leaf[{rail}{i_}]"
+            elif l_ == self.levels:
+                out[n] = f"{LEVEL_NAMES[l_ - 1]}[{rail}{y}]"
+            else:
+                out[n] = f"{LEVEL_NAMES[l_ - 1]}[{rail}pod {x}, {y}]"
+        return {n: out[n] if n in out else self.node_label(n) for n in arr.tolist()}  # in the order given
 
     # -- links ---------------------------------------------------------------------------------------------------
     def _block(self, links: object) -> tuple[np.ndarray, np.ndarray]:
@@ -600,23 +623,51 @@ class Cluster(Topology):
                 out[idx] = self._cable_link(1, t[ok], h[ok], down)
             # switch <-> parent switch
             m = (a >= self.fabric_base) & (b >= self.fabric_base) & (out < 0)
-            for f in np.flatnonzero(m).tolist():
-                la, ta, ia = self._switch_address(int(a[f]))
-                lb, tb, ib = self._switch_address(int(b[f]))
-                if lb != la + 1 or ta != tb:
-                    continue
-                X, Y = divmod(ia, self.tree.W[la])
-                Xb, Yb = divmod(ib, self.tree.W[lb])
-                if X // self.tree.m[lb] != Xb or Yb // self.tree.w[lb] != Y:
-                    continue
-                port = (Yb % self.tree.w[lb]) * self.tree.p[lb]
-                out[f] = int(self._cable_link(lb, np.int64(ta), np.int64(self.tree.cable(lb, ia, port)), down))
+            if m.any():
+                f = np.flatnonzero(m)
+                out[f] = self._switch_uplinks(a[f], b[f], down)
         bad = np.flatnonzero(out < 0)
         if bad.size:
             f = int(bad[0])
             raise ValueError(f"no link joins {self.node_label(int(s[f]))} and {self.node_label(int(d[f]))} "
                              f"({bad.size} non-adjacent pair(s))")
         return out
+
+    def _switch_addresses(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Vectorized `_switch_address` of fabric switch nodes: (level, tree, index within tree); level 0 where
+        the node is not a fabric switch."""
+        assert self.tree is not None
+        L = self.levels
+        rel = nodes - self.fabric_base
+        ok = (rel >= 0) & (nodes < self.num_nodes)
+        lv = np.searchsorted(np.asarray(self.node_offset[1:L + 2], np.int64), np.where(ok, rel, 0), side="right")
+        lv = np.where(ok, np.clip(lv, 1, L), 0)
+        n = np.asarray(self.tree.n, np.int64)
+        t, i = np.divmod(rel - np.asarray(self.node_offset, np.int64)[lv], np.maximum(n[lv], 1))
+        return lv, t, i
+
+    def _switch_uplinks(self, a: np.ndarray, b: np.ndarray, down: bool) -> np.ndarray:
+        """Link from fabric switch a[f] up to its parent b[f] (down: the reverse link); -1 where b[f] is not a
+        parent of a[f]. Parallel cables: the lowest port."""
+        ft = self.tree
+        assert ft is not None
+        L = self.levels
+        la, ta, ia = self._switch_addresses(a)
+        lb, tb, ib = self._switch_addresses(b)
+        ok = (la >= 1) & (lb == la + 1) & (ta == tb)
+        lbc = np.clip(lb, 1, L)
+        lac = np.clip(la, 0, L)
+        W, m_, w = (np.asarray(x, np.int64) for x in (ft.W, ft.m, ft.w))
+        p_, up, cables = (np.asarray(x, np.int64) for x in (ft.p, ft.up, ft.cables))
+        X, Y = np.divmod(ia, np.maximum(W[lac], 1))
+        Xb, Yb = np.divmod(ib, np.maximum(W[lbc], 1))
+        ok &= (X // m_[lbc] == Xb) & (Yb // w[lbc] == Y)
+        port = (Yb % w[lbc]) * p_[lbc]
+        cable = ia * up[lbc - 1] + port
+        size = self.trees * cables[lbc]
+        link = np.asarray(self.link_offset, np.int64)[np.minimum(lbc, len(self.link_offset) - 1)] + \
+            (size if down else 0) + ta * cables[lbc] + cable
+        return np.where(ok, link, -1)
 
     # -- routing ---------------------------------------------------------------------------------------------------
     def path_links(self, src: object, dst: object) -> np.ndarray:
@@ -647,7 +698,52 @@ class Cluster(Topology):
             self._fabric_paths(s[inter], d[inter], np.flatnonzero(inter), out)
         return out
 
+    def hop_list(self, src: object, dst: object) -> tuple[np.ndarray, np.ndarray]:
+        """`path_links` flattened: (flow of each hop, link of each hop), flow by flow, each path in order; the
+        same hops as the non-negative entries of path_links(src, dst) read row by row, without the
+        (flows, max_hops) table (the analytic simulator's call, over hundreds of thousands of flows)."""
+        s, d = np.broadcast_arrays(as_index_array(src, "src"), as_index_array(dst, "dst"))
+        s, d = s.ravel(), d.ravel()
+        if s.size and (min(s.min(), d.min()) < 0 or max(s.max(), d.max()) >= self.num_nodes):
+            raise ValueError(f"nodes must be in [0, {self.num_nodes})")
+        N, F = self.world_size, s.size
+        both = (s < N) & (d < N)
+        other = np.flatnonzero(~both)
+        sd, dd = s // self.G, d // self.G
+        intra = np.flatnonzero(both & (sd == dd) & (s != d))
+        inter = np.flatnonzero(both & (sd != dd))
+        count = np.zeros(F, np.int64)
+        count[other] = 1
+        count[intra] = 2
+        cols = None
+        if inter.size:
+            if self.tree is None:
+                raise ValueError(f"{self.name} has no fabric between domains")
+            cols = self._fabric_cols(s[inter], d[inter])
+            count[inter] = (cols >= 0).sum(axis=1)
+        offs = np.cumsum(count) - count
+        hl = np.empty(int(count.sum()), np.int64)
+        if other.size:
+            hl[offs[other]] = self.link_between(s[other], d[other])
+        if intra.size:
+            hl[offs[intra]] = s[intra]
+            hl[offs[intra] + 1] = N + d[intra]
+        if cols is not None:
+            r, c = np.nonzero(cols >= 0)
+            row_first = np.cumsum(count[inter]) - count[inter]
+            hl[offs[inter][r] + (np.arange(r.size) - row_first[r])] = cols[r, c]
+        return np.repeat(np.arange(F, dtype=np.int64), count), hl
+
+    def link_attributes(self, links: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(link_bandwidth, link_latency, link_tier) of `links` in one lookup."""
+        blk = self._block(links)[1]
+        return self._block_bw[blk], self._block_lat[blk], self._block_tier[blk]
+
     def _fabric_paths(self, s: np.ndarray, d: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
+        out[rows] = self._fabric_cols(s, d)
+
+    def _fabric_cols(self, s: np.ndarray, d: np.ndarray) -> np.ndarray:
+        """Fabric paths of rank flows s -> d in different domains: (flows, max_hops) links, -1 padded."""
         assert self.tree is not None
         N, L = self.world_size, self.levels
         cols = np.full((s.size, self.max_hops), -1, dtype=np.int64)
@@ -669,7 +765,7 @@ class Cluster(Topology):
             on = np.flatnonzero(up[:, lv - 1] >= 0)
             cols[on, first[on] + lv - 1] = self._cable_link(lv, ts[on], up[on, lv - 1], False)
             cols[on, first[on] + 2 * a[on] - lv] = self._cable_link(lv, td[on], down[on, lv - 1], True)
-        out[rows] = cols
+        return cols
 
     # -- SHARP aggregation trees --------------------------------------------------------------------------------
     def sharp_tree(self, rail: int | None = None, ranks: object = None, port: int | None = None) -> SharpTree:

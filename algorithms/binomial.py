@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from collectives.registry import register
-from collectives.schedule import ChunkTable, Phase, Round, Schedule, recv, recv_reduce, send
+from collectives.schedule import ChunkTable, Phase, Round, Schedule, check_chunks, recv, recv_reduce, send
 
 from .chain import pipeline_rounds
 
@@ -72,9 +72,7 @@ def binomial_rounds(p: int, chunks: int, stages: list[tuple[int, bool]]) -> list
                   "`chunks` pipelines segments through the steps")
 def build_binomial(collective: str, world_size: int, count: int, *, root=None, topology=None,
                    chunks: int = 1) -> Schedule:
-    if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or chunks < 1:
-        raise ValueError(f"binomial chunks (pipeline segments) must be an integer >= 1, got {chunks!r}")
-    p, c = world_size, int(chunks)
+    p, c = world_size, check_chunks("binomial", chunks)
     if collective not in ("allreduce", "broadcast", "reduce"):
         raise ValueError(f"binomial implements allreduce, broadcast and reduce, not {collective}")
     origin = 0 if root is None else int(root)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from collectives.registry import register
-from collectives.schedule import ChunkTable, Phase, Round, Schedule, recv, recv_reduce, send
+from collectives.schedule import ChunkTable, Phase, Round, Schedule, check_chunks, recv, recv_reduce, send
 
 
 def pipeline_rounds(slots, stages: int, chunks: int, name: str, window=None) -> list[Round]:
@@ -83,9 +83,7 @@ def chain_rounds(p: int, chunks: int, upward: bool, downward: bool) -> list[Roun
                   "chain broadcast, overlapped; `chunks` segments")
 def build_chain(collective: str, world_size: int, count: int, *, root=None, topology=None,
                 chunks: int = 1) -> Schedule:
-    if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or chunks < 1:
-        raise ValueError(f"chain chunks (pipeline segments) must be an integer >= 1, got {chunks!r}")
-    p, c = world_size, int(chunks)
+    p, c = world_size, check_chunks("chain", chunks)
     if collective not in ("broadcast", "reduce", "allreduce"):
         raise ValueError(f"chain implements broadcast, reduce and allreduce, not {collective}")
     origin = 0 if root is None else int(root)

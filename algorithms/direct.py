@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from collectives.registry import register
-from collectives.schedule import ChunkTable, Phase, Round, Schedule, recv, recv_reduce, send
+from collectives.schedule import ChunkTable, Phase, Round, Schedule, check_chunks, recv, recv_reduce, send
 
 from .ring import ring_allgather_phase
 
@@ -69,8 +69,7 @@ def gather_to_root_phase(p: int, root: int, table: ChunkTable, chunks: int) -> P
                   "then ring allgather / gather to the root; bitwise identical across chunkings and layouts")
 def build_direct(collective: str, world_size: int, count: int, *, root=None, topology=None,
                  chunks: int = 1) -> Schedule:
-    if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or chunks < 1:
-        raise ValueError(f"direct chunks (segments per block) must be an integer >= 1, got {chunks!r}")
+    check_chunks("direct", chunks, "segments per block")
     if collective not in ("allreduce", "reduce_scatter", "reduce"):
         raise ValueError(f"direct implements allreduce, reduce_scatter and reduce, not {collective}")
     p, c = world_size, int(chunks)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from collectives.registry import register
-from collectives.schedule import ChunkTable, Phase, Round, Schedule, recv, recv_reduce, send
+from collectives.schedule import ChunkTable, Phase, Round, Schedule, check_chunks, recv, recv_reduce, send
 
 from .chain import pipeline_rounds
 
@@ -184,9 +184,7 @@ def dbt_rounds(trees: tuple[Tree, Tree], chunks: int) -> list[Round]:
                   "pipelined over `chunks` segments")
 def build_double_binary_tree(collective: str, world_size: int, count: int, *, root=None, topology=None,
                              chunks: int = 1) -> Schedule:
-    if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or chunks < 1:
-        raise ValueError(f"double_binary_tree chunks (pipeline segments) must be an integer >= 1, got {chunks!r}")
-    p, c = world_size, int(chunks)
+    p, c = world_size, check_chunks("double_binary_tree", chunks)
     if collective != "allreduce":
         raise ValueError(f"double_binary_tree implements allreduce only, not {collective}")
     trees = double_binary_tree(p)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from collectives.registry import register
-from collectives.schedule import ChunkTable, Phase, Round, Schedule, recv, send, split_points
+from collectives.schedule import ChunkTable, Phase, Round, Schedule, check_chunks, recv, send, split_points
 from collectives.topology.capabilities import dtype_name
 
 from ._innetwork import (
@@ -131,9 +131,7 @@ def build_hierarchical(collective: str, world_size: int, count: int, *, root=Non
         raise ValueError(f"inter must be one of {', '.join(INTER)}, got {inter!r}")
     if fallback not in HOST_INTER:
         raise ValueError(f"fallback must be one of {', '.join(HOST_INTER)}, got {fallback!r}")
-    c = int(chunks)
-    if c != chunks or c < 1:
-        raise ValueError(f"chunks must be an integer >= 1, got {chunks!r}")
+    c = check_chunks("hierarchical", chunks)
     D, G, p = topology.num_domains, topology.gpus_per_domain, world_size
     reducing = collective != "allgather"
     work = count * p if collective == "allgather" else count

@@ -19,7 +19,7 @@ params["fallback_reason"] say why. NVLS spans one domain: a multi-domain cluster
 from __future__ import annotations
 
 from collectives.registry import register
-from collectives.schedule import ChunkTable, Schedule
+from collectives.schedule import ChunkTable, Schedule, check_chunks
 
 from ._innetwork import (
     check_topology,
@@ -55,9 +55,7 @@ def build_nvls(collective: str, world_size: int, count: int, *, root=None, topol
         raise ValueError(f"nvls reduces inside one NVLink domain, and {topology.name!r} has "
                          f"{topology.num_domains} domains: use algorithm 'hierarchical' (intra='nvls') to reduce "
                          "across domains")
-    c = int(chunks)
-    if c != chunks or c < 1:
-        raise ValueError(f"nvls chunks must be an integer >= 1, got {chunks!r}")
+    c = check_chunks("nvls", chunks)
     reason = topology.nvls.refusal(op, dtype)
     if reason is not None:
         notes: list[str] = []

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from collectives.registry import register
-from collectives.schedule import ChunkTable, Phase, Round, Schedule, recv, recv_reduce, send
+from collectives.schedule import ChunkTable, Phase, Round, Schedule, check_chunks, recv, recv_reduce, send
 
 
 def ring_round(p: int, waves: int, steps: int, step_slots) -> Round:
@@ -68,9 +68,7 @@ def ring_allgather_phase(name: str, groups, table: ChunkTable, chunks: int, owne
           summary="ring reduce-scatter and/or allgather; `chunks` pipelines each block into segments")
 def build_ring(collective: str, world_size: int, count: int, *, root=None, topology=None,
                chunks: int = 1) -> Schedule:
-    p, c = world_size, int(chunks)
-    if c < 1:
-        raise ValueError(f"ring chunks must be >= 1, got {chunks}")
+    p, c = world_size, check_chunks("ring", chunks)
     work = count * p if collective == "allgather" else count
     table = ChunkTable.whole(work, p, c)
     ranks = np.arange(p, dtype=np.int64)[None, :]

@@ -81,6 +81,16 @@ def parameters(name: str) -> dict[str, object]:
             for k, v in sig.parameters.items() if k not in fixed and v.kind is not inspect.Parameter.VAR_KEYWORD}
 
 
+def parse_param_value(text: str) -> object:
+    """A builder parameter written on a command line: int, float, true/false, or the text itself."""
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
 def _check_params(algo: AlgorithmInfo, params: dict) -> None:
     sig = inspect.signature(algo.builder)
     if any(v.kind is inspect.Parameter.VAR_KEYWORD for v in sig.parameters.values()):
@@ -121,4 +131,4 @@ def build(name: str, *, collective: str = "allreduce", world_size: int, count: i
     return schedule
 
 
-__all__ = ["AlgorithmInfo", "COLLECTIVES", "build", "info", "names", "parameters", "register"]
+__all__ = ["AlgorithmInfo", "COLLECTIVES", "build", "info", "names", "parameters", "parse_param_value", "register"]

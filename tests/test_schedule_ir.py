@@ -288,7 +288,7 @@ def test_unknown_parameter_names_the_valid_ones():
 
 
 def test_ring_rejects_bad_chunks():
-    with pytest.raises(ValueError, match="ring chunks must be >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"ring chunks \(pipeline segments\) must be an integer >= 1, got 0"):
         algorithms.build("ring", collective="allreduce", world_size=2, count=2, chunks=0)
 
 

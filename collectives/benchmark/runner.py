@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..registry import parse_param_value
 from . import format as fmt
 from .data import Pattern, count_wrong
 
@@ -38,13 +39,6 @@ class AlgoSpec:
         return self.name + ":" + ":".join(f"{k}={v}" for k, v in self.params.items())
 
 
-def _value(text: str):
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)
 
 
 def parse_algorithms(text: str, collective: str) -> list[AlgoSpec]:
@@ -62,7 +56,7 @@ def parse_algorithms(text: str, collective: str) -> list[AlgoSpec]:
             if "=" not in kv:
                 raise ValueError(f"algorithm parameter {kv!r} in {item!r} is not KEY=VALUE")
             k, v = kv.split("=", 1)
-            params[k.strip()] = _value(v.strip())
+            params[k.strip()] = parse_param_value(v.strip())
         if name not in ("native", "auto") and name not in valid:
             raise ValueError(f"unknown algorithm {name!r} for {collective}; choose from native, auto, "
                              f"{', '.join(valid)}")

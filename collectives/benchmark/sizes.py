@@ -15,6 +15,9 @@ def parse_size(text: str | int) -> int:
         if len(upper) > len(tail) and upper.endswith(tail) and upper[-len(tail) - 1] in _UNITS:
             upper = upper[:-len(tail)]
             break
+    else:
+        if upper.endswith("B"):  # plain bytes: '8B'
+            upper = upper[:-1]
     mult = 1
     if upper and upper[-1] in _UNITS:
         mult = _UNITS[upper[-1]]

@@ -5,21 +5,22 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import re
 import sys
 
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
-          "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40}
+from ..benchmark.sizes import human
+from ..benchmark.sizes import parse_size as _parse_size
+from ..registry import parse_param_value
+
 TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "half", "bfloat16": "bfloat16", "int32": "int32",
               "int64": "int64", "uint8": "uint8", "int8": "int8", "uint32": "uint32", "uint64": "uint64"}
 
 
 def parse_size(text: str) -> int:
     """'8', '8B', '64K', '1MiB', '8GiB' -> bytes (binary multiples, as nccl-tests' -b/-e)."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
-    if not m or m.group(2).lower() not in _UNITS:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 8B, 64K, 1MiB, 8GiB)")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    try:
+        return _parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (use e.g. 8B, 64K, 1MiB, 8GiB)") from None
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -48,20 +49,9 @@ def parse_sizes(text: str) -> list[int]:
     return sorted({int(round(lo * (hi / lo) ** (i / (n - 1)))) for i in range(n)})
 
 
-def format_size(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale} {unit}"
-    return f"{n} B"
+format_size = human
 
 
-def param_value(text: str):
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)
 
 
 def parse_params(items: list[str]) -> dict:
@@ -70,7 +60,7 @@ def parse_params(items: list[str]) -> dict:
         if "=" not in kv:
             raise SystemExit(f"--param needs KEY=VALUE, got {kv!r}")
         k, v = kv.split("=", 1)
-        out[k.strip()] = param_value(v.strip())
+        out[k.strip()] = parse_param_value(v.strip())
     return out
 
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from ..errors import ScheduleError
+from ..registry import parse_param_value
 
 
 def parse_range(text: str) -> list[int]:
@@ -38,15 +39,6 @@ def add_parser(sub) -> None:
                    help="builder parameter, e.g. --param chunks=4 (repeatable)")
 
 
-def _param_value(text: str):
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
-
-
 def run(args) -> int:
     from .. import algorithms
     from ..verify import verify
@@ -62,7 +54,7 @@ def run(args) -> int:
             print(f"error: --param takes KEY=VALUE, got {kv!r}", file=sys.stderr)
             return 2
         k, v = kv.split("=", 1)
-        params[k] = _param_value(v)
+        params[k] = parse_param_value(v)
     try:
         algorithms.info(args.name)
     except ValueError as exc:

@@ -6,10 +6,11 @@ See ops.py for the position invariant and the round semantics every executor imp
 from .chunks import ChunkTable, split_points
 from .collective import COLLECTIVES, REDUCING, ROOTED
 from .ops import Op, OpKind, Program
+from .params import check_chunks
 from .phase import Phase, Round, Slot, recv, recv_reduce, send
 from .schedule import Schedule
 
 __all__ = [
     "COLLECTIVES", "REDUCING", "ROOTED", "ChunkTable", "Op", "OpKind", "Phase", "Program", "Round", "Schedule",
-    "Slot", "recv", "recv_reduce", "send", "split_points",
+    "Slot", "check_chunks", "recv", "recv_reduce", "send", "split_points",
 ]

@@ -384,6 +384,9 @@ def verify(schedule: Schedule, *, itemsize: int = 4) -> VerifyReport:
 
     `itemsize` is the element size in bytes used for the report's byte counts.
     """
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"verify takes a built Schedule, got {type(schedule).__name__}; build one with "
+                        "collectives.algorithms.build(name, collective=..., world_size=..., count=...)")
     s = schedule
     t = expand(s)
     _check_well_formed(s, t)

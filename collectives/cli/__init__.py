@@ -6,6 +6,8 @@ import argparse
 import importlib
 import sys
 
+from ..errors import CollectivesError
+
 # subcommand -> module (imported only when used, so `collectives topo` never loads MPI)
 SUBCOMMANDS = {
     "verify": "collectives.cli.verify",
@@ -40,7 +42,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 2
-    return int(mods[args.command].run(args) or 0)
+    try:
+        return int(mods[args.command].run(args) or 0)
+    except (ValueError, TypeError, FileNotFoundError, CollectivesError) as exc:
+        # a usage error found past argparse (unknown preset, bad parameter value, missing file): one line and
+        # exit 2, as argparse does, not a traceback
+        print(f"collectives {args.command}: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -11,6 +11,8 @@ from ..benchmark.sizes import human
 from ..benchmark.sizes import parse_size as _parse_size
 from ..registry import parse_param_value
 
+# nccl-tests' names for -d, accepted here too
+DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "bf16": "bfloat16"}
 TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "half", "bfloat16": "bfloat16", "int32": "int32",
               "int64": "int64", "uint8": "uint8", "int8": "int8", "uint32": "uint32", "uint64": "uint64"}
 
@@ -135,6 +137,9 @@ def algo_params(items: list[str], names: list[str]) -> dict[str, dict]:
     out: dict[str, dict] = {n: {} for n in names}
     for key, value in parse_params(items).items():
         target, _, k = key.rpartition(".")
+        if target and target not in names:
+            raise ValueError(f"--param {key}: {target!r} is not among the simulated algorithms ({', '.join(names)})")
+        used = False
         for n in names:
             if target and n != target:
                 continue
@@ -143,15 +148,21 @@ def algo_params(items: list[str], names: list[str]) -> dict[str, dict]:
             sig = inspect.signature(algorithms.info(n).builder).parameters
             if target or k in sig:
                 out[n][k] = value
+                used = True
+        if not used:
+            raise ValueError(f"--param {key}: no simulated algorithm has a parameter {k!r} "
+                             f"(see collectives.algorithms.parameters(name))")
     return out
 
 
 def run(args) -> int:
     from .. import algorithms
-    from ..simulate.api import sweep
+    from ..simulate.api import check_call, sweep
     from ..simulate.model import itemsize
     from ..simulate.result import bus_factor
 
+    args.dtype = DTYPE_ALIASES.get(args.dtype, args.dtype)
+    check_call(args.sizes[0] if args.sizes else 0, args.dtype, args.op, args.collective)
     topology = load_topology(args)
     names = args.algorithms.split(",") if args.algorithms else algorithms.names(args.collective)
     names = [n.strip() for n in names if n.strip()]

@@ -12,13 +12,16 @@ from ..registry import parse_param_value
 def parse_range(text: str) -> list[int]:
     """'1-64', '8', '1,2,4-8' -> sorted list of ints."""
     out: set[int] = set()
-    for part in text.split(","):
-        part = part.strip()
-        if "-" in part:
-            a, b = part.split("-", 1)
-            out.update(range(int(a), int(b) + 1))
-        elif part:
-            out.add(int(part))
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if "-" in part:
+                a, b = part.split("-", 1)
+                out.update(range(int(a), int(b) + 1))
+            elif part:
+                out.add(int(part))
+    except ValueError:
+        out = set()
     if not out or min(out) < 1:
         raise argparse.ArgumentTypeError(f"world sizes must be integers >= 1, like 1-64 or 2,4,8; got {text!r}")
     return sorted(out)
@@ -57,8 +60,12 @@ def run(args) -> int:
         params[k] = parse_param_value(v)
     try:
         algorithms.info(args.name)
+        # usage errors that would repeat on every row: check them once, on the smallest world size
+        p0 = args.world_sizes[0]
+        algorithms.build(args.name, collective=args.collective, world_size=p0,
+                         count=3 * p0 if args.collective == "reduce_scatter" else 3 * p0 + 1, **params)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"collectives verify: error: {exc}", file=sys.stderr)
         return 2
     print(f"# {args.name} {args.collective}" + (f" {params}" if params else ""))
     print(f"# {'ranks':>6} {'count':>8} {'steps':>7} {'messages':>10} {'max B/rank':>12}  result")

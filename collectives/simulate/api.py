@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 
+import numpy as np
+
 from ..schedule import Schedule
 from ..schedule.collective import ROOTED, check_collective
 from ..topology import TIERS
@@ -60,6 +62,24 @@ def build_schedule(name: str, topology, collective: str, count: int, dtype: str 
                             topology=topology, **params, **extra)
 
 
+def check_call(nbytes, dtype, op: str, collective: str) -> None:
+    """Reject what a real run would reject: unknown dtypes and ops, sizes that are not whole bytes."""
+    from ..kernels import SUPPORTED_DTYPES
+    from ..kernels._dtypes import dtype_name as kernel_dtype_name
+    from ..reduction import check_op
+    from ..topology.capabilities import dtype_name
+
+    supported = {kernel_dtype_name(d): d for d in SUPPORTED_DTYPES}
+    name = dtype_name(dtype)
+    if name not in supported:
+        raise TypeError(f"unsupported dtype {dtype!r}; supported: {', '.join(supported)}")
+    if collective in ("allreduce", "reduce_scatter", "reduce"):
+        check_op(op, supported[name])
+    if nbytes is not None and (isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer))):
+        raise TypeError(f"nbytes must be a whole number of bytes (int), got {nbytes!r}; "
+                        "parse '1M'-style sizes with collectives.benchmark.sizes.parse_size")
+
+
 def simulate(algorithm, topology, nbytes: int | None = None, collective: str = "allreduce", dtype="float32",
              mode: str = "auto", op: str = "sum", root: int | None = None, **params) -> SimulationResult:
     """Time `algorithm` (a registered name, "auto", or a built Schedule) for `nbytes` on `topology`.
@@ -71,6 +91,7 @@ def simulate(algorithm, topology, nbytes: int | None = None, collective: str = "
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    check_call(nbytes, dtype, op, algorithm.collective if isinstance(algorithm, Schedule) else collective)
     topology = resolve_topology(topology)
     isz = itemsize(dtype)
     reason = ""
@@ -121,6 +142,8 @@ def sweep(algorithm: str, topology, sizes, collective: str = "allreduce", dtype=
     chunk sizes per size: every registered builder's round structure is independent of the count, so only the
     chunk bytes change. `progress(i, n)` is called after each size.
     """
+    for n in sizes:
+        check_call(n, dtype, op, collective)
     topology = resolve_topology(topology)
     sizes = [int(s) for s in sizes]
     out: list[SimulationResult] = []

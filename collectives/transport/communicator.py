@@ -428,9 +428,13 @@ class Communicator:
             choice = self._deterministic_choice(collective, algorithm, params, explicit)
         else:
             choice = self._choose(collective, algorithm, wdtype, count, params)
-        self.last_choice = choice
         if choice.algorithm not in ("copy", "native") and p > 1:
-            self._schedule(collective, choice, count, root)  # builder errors raise before any buffer is written
+            # builder errors raise before any buffer is written; a fallback inside the schedule (SHARP or NVLS
+            # refused) is part of the reason the user reads in last_choice
+            _, schedule, _ = self._schedule(collective, choice, count, root, wdtype, kernel_op)
+            if schedule.notes:
+                choice = Choice(choice.algorithm, choice.params, "; ".join([choice.reason, *schedule.notes]))
+        self.last_choice = choice
         if wide:
             work, finish = self._widened_buffers(collective, x, out, op, root)
         else:
@@ -604,15 +608,25 @@ class Communicator:
         n = x.size  # allgather: own block already in place
         return lambda: c.Iallgather(MPI.IN_PLACE, work) if n else c.Ibarrier()
 
-    def _schedule(self, collective, choice: Choice, count: int, root):
+    @staticmethod
+    def _build_params(choice: Choice, dtype, kernel_op: str) -> dict:
+        """The choice's parameters, plus dtype and op for builders that take them: in-network builders decide
+        from these what the switches can offload (the switch daemons build with the same parameters)."""
+        takes = registry.parameters(choice.algorithm)
+        extra = {k: v for k, v in (("dtype", dtype_name(np.dtype(dtype))), ("op", kernel_op))
+                 if k in takes and k not in choice.params}
+        return {**choice.params, **extra}
+
+    def _schedule(self, collective, choice: Choice, count: int, root, dtype, kernel_op: str):
         algo = choice.algorithm
         needs_topology = registry.info(algo).needs_topology
         topology = self.topology if needs_topology else None
-        key = (collective, algo, self.size, count, root, repr(sorted(choice.params.items())), needs_topology)
+        params = self._build_params(choice, dtype, kernel_op)
+        key = (collective, algo, self.size, count, root, repr(sorted(params.items())), needs_topology)
         schedule = self._schedules.get(key)
         if schedule is None:
             schedule = registry.build(algo, collective=collective, world_size=self.size, count=count, root=root,
-                                      topology=topology, **choice.params)
+                                      topology=topology, **params)
             self._schedules[key] = schedule
             if len(self._schedules) > _CACHE_SIZE:
                 self._schedules.popitem(last=False)
@@ -620,7 +634,7 @@ class Communicator:
         return key, schedule, topology
 
     def _schedule_task(self, seq, collective, choice, finish, work, count, dtype, kernel_op, root):
-        key, schedule, topology = self._schedule(collective, choice, count, root)
+        key, schedule, topology = self._schedule(collective, choice, count, root, dtype, kernel_op)
         daemons = self.daemons and schedule.num_nodes > schedule.world_size
         plan_key = (key, daemons)
         plan = self._plans.get(plan_key)
@@ -656,7 +670,7 @@ class Communicator:
         before = None
         if daemons and self.rank == 0:
             order = ("run", seq, collective, choice.algorithm, count, dtype_name(dtype), root, kernel_op,
-                     dict(choice.params), topology, self.size)
+                     self._build_params(choice, dtype, kernel_op), topology, self.size)
             before = lambda: self._pending_orders.extend(_daemon.send_orders(self._world, order))  # noqa: E731
         return _ScheduleTask(seq, collective, choice, finish, make_run, before)
 

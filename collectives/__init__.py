@@ -23,9 +23,9 @@ __version__ = "0.1.0"
 
 # Public names resolved on first use, so `import collectives` stays cheap (no numba, no MPI).
 _LAZY = {
-    "verify": ("collectives.verify", "verify"),
-    "VerifyReport": ("collectives.verify", "VerifyReport"),
-    "emulate": ("collectives.emulate", "emulate"),
+    "verify": ("collectives.verifier", "verify"),
+    "VerifyReport": ("collectives.verifier", "VerifyReport"),
+    "emulate": ("collectives.emulator", "emulate"),
     "algorithms": ("collectives.algorithms", None),
     "kernels": ("collectives.kernels", None),
     "schedule": ("collectives.schedule", None),
@@ -54,9 +54,9 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # pragma: no cover
     from . import algorithms, kernels, schedule, topology  # noqa: F401
-    from .emulate import emulate  # noqa: F401
+    from .emulator import emulate  # noqa: F401
     from .transport import Communicator, init  # noqa: F401
-    from .verify import VerifyReport, verify  # noqa: F401
+    from .verifier import VerifyReport, verify  # noqa: F401
 
 __all__ = ["CallMismatchError", "CollectiveTimeoutError", "CollectivesError", "CommunicatorClosedError",
            "PeerFailedError", "ScheduleError", "__version__", *_LAZY]

@@ -53,10 +53,16 @@ def test_failing_world_sizes_are_error_rows(capsys):
     assert table[2][:2] == ["4", "6"] and "error:" in table[2] and "must divide by world_size=4" in " ".join(table[2])
 
 
-def test_unsupported_collective_rows(capsys):
-    code = main(["verify", "ring", "--collective", "broadcast", "--world-sizes", "2"])
-    out = capsys.readouterr().out
-    assert code == 1 and "does not implement broadcast" in out
+def test_unsupported_collective_is_one_usage_error(capsys):
+    # a usage error would repeat on every row: it is reported once, on stderr, with exit code 2
+    code = main(["verify", "ring", "--collective", "broadcast", "--world-sizes", "2-9"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.err.count("does not implement broadcast") == 1 and "OK" not in captured.out
+
+
+def test_bad_parameter_value_is_one_usage_error(capsys):
+    assert main(["verify", "ring", "--param", "chunks=0", "--world-sizes", "1-4"]) == 2
+    assert capsys.readouterr().err.count("ring chunks (pipeline segments) must be an integer >= 1, got 0") == 1
 
 
 def test_bad_param_syntax(capsys):

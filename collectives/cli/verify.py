@@ -44,7 +44,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from .. import algorithms
-    from ..verify import verify
+    from ..verifier import verify
 
     if args.list or not args.name:
         from ..schedule import COLLECTIVES

@@ -21,7 +21,7 @@ from mpi4py import MPI
 
 from .. import algorithms as _builtins  # noqa: F401  (registers the built-in algorithms)
 from .. import registry
-from ..emulate import check_accumulate, widens
+from ..emulator import check_accumulate, widens
 from ..errors import CallMismatchError, CollectivesError, PeerFailedError
 from ..kernels import SUPPORTED_DTYPES, round_into
 from ..kernels._dtypes import dtype_name

@@ -1,4 +1,4 @@
-"""Run a schedule's programs over MPI: the distributed twin of collectives/emulate.py.
+"""Run a schedule's programs over MPI: the distributed twin of collectives/emulator.py.
 
 Setup apart from running: `ProcPlan` (built once per schedule and placement, cached) turns the programs of the
 nodes one process hosts into rounds of message descriptors, with scratch offsets, tag slots and landing groups

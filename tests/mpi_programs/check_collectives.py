@@ -23,7 +23,7 @@ import collectives.algorithms as algorithms
 import numpy as np
 from mpi4py import MPI
 
-from collectives.emulate import emulate
+from collectives.emulator import emulate
 from collectives.kernels._dtypes import BFLOAT16, dtype_name
 from collectives.reduction import check_op
 from collectives.registry import build, register

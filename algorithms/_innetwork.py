@@ -91,6 +91,19 @@ def host_schedule(name: str, collective: str, world_size: int, count: int, root,
     return build(name, collective=collective, world_size=world_size, count=count, root=root, **kwargs)
 
 
+def fallback_schedule(algorithm: str, what: str, reason: str, fallback: str, notes: list[str], *, collective: str,
+                      world_size: int, count: int, root, chunks: int | None, dtype: str, op: str, topology):
+    """The host algorithm `fallback` standing in for `algorithm` when the switches refuse (`what`: "NVLS" or
+    "SHARP"): the schedule keeps the requested name, and its notes and params say why it fell back."""
+    fall_back(what, reason, fallback, notes)
+    sched = host_schedule(fallback, collective, world_size, count, root, chunks)
+    sched.algorithm = algorithm
+    sched.notes += notes
+    sched.params.update(fallback=fallback, fallback_reason=reason, dtype=dtype, op=op)
+    finish(sched, topology)
+    return sched
+
+
 def default_fallback(collective: str) -> str:
     return "binomial" if collective in ("broadcast", "reduce") else "ring"
 
@@ -609,6 +622,6 @@ def _sat_limit(topology, trees) -> str | None:
     return None
 
 
-__all__ = ["Forest", "build_forest", "check_topology", "fall_back", "finish", "forest_phase", "itemsize",
+__all__ = ["Forest", "build_forest", "check_topology", "fall_back", "fallback_schedule", "finish", "forest_phase", "itemsize",
            "nvls_allgather_phase", "nvls_allreduce_phase", "nvls_groups", "nvls_reduce_scatter_phase",
            "sharp_plan"]

@@ -23,9 +23,8 @@ from collectives.schedule import ChunkTable, Schedule, check_chunks
 
 from ._innetwork import (
     check_topology,
-    fall_back,
+    fallback_schedule,
     finish,
-    host_schedule,
     nvls_allgather_phase,
     nvls_allreduce_phase,
     nvls_groups,
@@ -58,14 +57,8 @@ def build_nvls(collective: str, world_size: int, count: int, *, root=None, topol
     c = check_chunks("nvls", chunks)
     reason = topology.nvls.refusal(op, dtype)
     if reason is not None:
-        notes: list[str] = []
-        fall_back("NVLS", reason, fallback, notes)
-        sched = host_schedule(fallback, collective, world_size, count, None, c)
-        sched.algorithm = "nvls"
-        sched.notes += notes
-        sched.params.update(fallback=fallback, fallback_reason=reason, dtype=str(dtype), op=op)
-        finish(sched, topology)
-        return sched
+        return fallback_schedule("nvls", "NVLS", reason, fallback, [], collective=collective, world_size=world_size,
+                                 count=count, root=None, chunks=c, dtype=str(dtype), op=op, topology=topology)
     work = count * world_size if collective == "allgather" else count
     sched = Schedule("nvls", collective, world_size, count, nvls_phases(collective, topology, work, c),
                      params={"chunks": c, "dtype": str(dtype), "op": op,

@@ -29,10 +29,9 @@ from ._innetwork import (
     build_forest,
     check_topology,
     default_fallback,
-    fall_back,
+    fallback_schedule,
     finish,
     forest_phase,
-    host_schedule,
     itemsize,
     sharp_plan,
 )
@@ -71,13 +70,9 @@ def build_sharp(collective: str, world_size: int, count: int, *, root=None, topo
                               domains=topology.num_domains, trees_in_use=trees_in_use, sat_lock=sat_lock,
                               chunks=chunks, notes=notes)
     if reason is not None:
-        fall_back("SHARP", reason, fallback, notes)
-        sched = host_schedule(fallback, collective, world_size, count, root, chunks)
-        sched.algorithm = "sharp"
-        sched.notes += notes
-        sched.params.update(fallback=fallback, fallback_reason=reason, dtype=dtype_name(dtype), op=op)
-        finish(sched, topology)
-        return sched
+        return fallback_schedule("sharp", "SHARP", reason, fallback, notes, collective=collective,
+                                 world_size=world_size, count=count, root=root, chunks=chunks,
+                                 dtype=dtype_name(dtype), op=op, topology=topology)
     trees = plan.pop("trees")
     c = plan["chunks"] if chunks is not None else min(plan["chunks"], max(count, 1))
     plan["chunks"] = c

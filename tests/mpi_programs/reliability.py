@@ -34,11 +34,17 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 WORLD = MPI.COMM_WORLD
 
 
+def say(line: str) -> None:
+    """Print one line in one write(2). Under PYTHONUNBUFFERED (CI sets it) print() writes the text and its
+    newline separately, and mpiexec interleaves ranks' output between the two: lines from different ranks merge."""
+    os.write(1, (line + "\n").encode())
+
+
 def report(failures: list[str], **extra) -> None:
     gathered = WORLD.gather(failures)
     if WORLD.Get_rank() == 0:
         flat = [f for fs in gathered for f in fs]
-        print("RESULT " + json.dumps({"failures": len(flat), "messages": flat, **extra}), flush=True)
+        say("RESULT " + json.dumps({"failures": len(flat), "messages": flat, **extra}))
 
 
 def mode_skip(timeout: float) -> None:
@@ -269,10 +275,9 @@ def mode_kill(timeout: float) -> None:
             work.test()
             os._exit(3)  # dies inside the collective
         work.wait()
-        print(f"SURVIVOR rank {comm.rank} elapsed={time.monotonic() - t:.2f} error=none", flush=True)
+        say(f"SURVIVOR rank {comm.rank} elapsed={time.monotonic() - t:.2f} error=none")
     except collectives.CollectivesError as exc:
-        print(f"SURVIVOR rank {comm.rank} elapsed={time.monotonic() - t:.2f} error={type(exc).__name__}: {exc}",
-              flush=True)
+        say(f"SURVIVOR rank {comm.rank} elapsed={time.monotonic() - t:.2f} error={type(exc).__name__}: {exc}")
     sys.exit(0)  # the library ends the process without MPI_Finalize (it would block on the dead peer)
 
 
@@ -284,10 +289,10 @@ def mode_daemon(timeout: float) -> None:
     t = time.monotonic()
     try:
         comm.allreduce(x, algorithm="sharp")  # order 2: the daemon dies on receiving it
-        print(f"SURVIVOR rank {comm.rank} elapsed={time.monotonic() - t:.2f} first_ok={ok} error=none", flush=True)
+        say(f"SURVIVOR rank {comm.rank} elapsed={time.monotonic() - t:.2f} first_ok={ok} error=none")
     except collectives.CollectivesError as exc:
-        print(f"SURVIVOR rank {comm.rank} elapsed={time.monotonic() - t:.2f} first_ok={ok} "
-              f"error={type(exc).__name__}: {exc}", flush=True)
+        say(f"SURVIVOR rank {comm.rank} elapsed={time.monotonic() - t:.2f} first_ok={ok} "
+            f"error={type(exc).__name__}: {exc}")
     sys.exit(0)
 
 

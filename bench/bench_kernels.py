@@ -1,6 +1,6 @@
 """Benchmark collectives.kernels.reduce_into against numpy, and each backend per dtype.
 
-    python bench/bench_kernels.py [--size N] [--repeat R] [--check] [--sweep]
+    python bench/bench_kernels.py [--size N] [--repeat R] [--threads T] [--check] [--sweep]
 
 Prints a markdown table per case: ours vs numpy's natural equivalent, timed as R interleaved pairs
 (ours, numpy, ours, numpy, ...) after a warmup, so both sides see the same machine noise. The reported
@@ -9,6 +9,8 @@ where one lucky or unlucky run cannot flip pass/fail -- next to the best-of-R ti
 GB/s columns count the bytes each side really moves (reads + writes; numpy's chained adds move
 3 * (k - 1) arrays, ours k + 1), beside the machine's copy rate (np.copyto, read + write).
 --check exits 1 when a gated target is missed (rows with target "info" are reported, not gated).
+--threads T splits each large reduction over T threads (default: collectives.kernels' default, the CPUs
+available, at most 8; numpy is single-threaded either way); --threads 1 measures one core.
 --sweep adds a per-dtype table of backends (c, numba, numpy) for the 2-input and 8-input sums, the
 measurement behind the backend choice in collectives/kernels/__init__.py.
 """
@@ -71,10 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=16 * 2**20, help="elements per array (default 16M)")
     parser.add_argument("--repeat", type=int, default=21,
                         help="interleaved (ours, numpy) pairs per case, median ratio reported (>= 15)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="threads per large reduction (default: the kernels' default, CPUs available)")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     parser.add_argument("--sweep", action="store_true", help="also time every backend per dtype")
     args = parser.parse_args(argv)
     n, rep = args.size, max(15, args.repeat)
+    if args.threads is not None:
+        kernels.set_threads(args.threads)
 
     big = np.ones(n * 2, np.float64)  # 16 bytes per element, bigger than any cache
     dst = np.empty_like(big)
@@ -83,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     del big, dst
 
     info = kernels.backend_info()
-    print(f"size {n} elements, {rep} interleaved pairs per case; cpu path: {info['cpu_path']}"
+    print(f"size {n} elements, {rep} interleaved pairs per case, {info['threads']} kernel thread(s) per call; "
+          f"cpu path: {info['cpu_path']}"
           f"{' (+avx512 bf16)' if info.get('cpu_avx512') else ''}; np.copyto {memcpy_gbs:.1f} GB/s\n")
     print("| case | ours best (ms) | numpy best (ms) | best ratio | median ratio | target | pass "
           "| GB/s ours | GB/s numpy |")

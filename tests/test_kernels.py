@@ -290,3 +290,40 @@ def test_no_warning_when_c_is_loaded():
         warnings.simplefilter("error")
         a = np.ones(3, F32)
         reduce_into(a, [a, a])
+
+
+# -- threads: a large reduction split over threads gives the same bits ---------------------------------------
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16, np.int64])
+def test_threaded_split_is_bitwise_equal(dtype, monkeypatch):
+    from collectives.kernels import _parallel
+
+    monkeypatch.setattr(_parallel, "MIN_SLICE_BYTES", 4096)  # split even this small array
+    rng = np.random.default_rng(7)
+    n = 3 * 4096 * 5 + 123  # not a multiple of the slice alignment: the last slice is short
+    xs = [rng.standard_normal(n).astype(np.float32).astype(dtype) for _ in range(5)]
+    previous = kernels.get_threads()
+    try:
+        kernels.set_threads(1)
+        single = kernels.reduce_into(np.empty_like(xs[0]), xs)
+        kernels.set_threads(3)
+        split = kernels.reduce_into(np.empty_like(xs[0]), xs)
+        in_place = xs[0].copy()
+        kernels.reduce_into(in_place, [in_place, *xs[1:]])
+    finally:
+        kernels.set_threads(previous)
+    assert single.view(np.uint8).tobytes() == split.view(np.uint8).tobytes()
+    assert single.view(np.uint8).tobytes() == in_place.view(np.uint8).tobytes()
+
+
+def test_set_threads_rejects_bad_values(monkeypatch):
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="positive integer"):
+            kernels.set_threads(bad)
+    from collectives.kernels import _parallel
+
+    monkeypatch.setenv("COLLECTIVES_KERNEL_THREADS", "zero")
+    with pytest.raises(ValueError, match="COLLECTIVES_KERNEL_THREADS"):
+        _parallel._default_threads()
+    monkeypatch.setenv("COLLECTIVES_KERNEL_THREADS", "3")
+    assert _parallel._default_threads() == 3
+    assert kernels.backend_info()["threads"] == kernels.get_threads()

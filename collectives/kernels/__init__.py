@@ -24,6 +24,12 @@ Backends (``backend_info()`` tells which one serves each dtype)
   Without the C extension the package warns once (RuntimeWarning) and falls back. Set
   ``COLLECTIVES_NO_C_KERNELS=1`` to disable the C extension (read at import).
 
+Threads: a call whose ``out`` holds 8 MiB or more is split into contiguous slices folded by several threads
+(``set_threads``/``get_threads``, ``COLLECTIVES_KERNEL_THREADS``; default the CPUs available, at most 8; see
+``_parallel``). One core is bound by the cache misses it keeps in flight, not by DRAM: ``bench_kernels.py``
+float32 2-input in place 0.99x numpy on one thread, 1.07-1.59x on two; 8-input fused 1.54x vs 2.02-2.88x.
+Same bits either way.
+
 Why C serves every dtype: ``python bench/bench_kernels.py --sweep`` (4M elements per array, 2-core AMD
 EPYC VM with AVX2/F16C/AVX-512, np.copyto ~31-37 GB/s). GB/s of reduce_into(out, inputs, "sum"),
 reads + writes counted, 2 inputs / 8 inputs:
@@ -53,6 +59,7 @@ from types import ModuleType
 import numpy as np
 
 from . import _numpy
+from ._parallel import get_threads, run_split, set_threads
 from ._dtypes import (
     FLOAT16,
     FLOAT32,
@@ -64,7 +71,8 @@ from ._dtypes import (
     dtype_name,
 )
 
-__all__ = ["SUPPORTED_DTYPES", "SUPPORTED_OPS", "backend_info", "reduce_into", "round_into"]
+__all__ = ["SUPPORTED_DTYPES", "SUPPORTED_OPS", "backend_info", "get_threads", "reduce_into", "round_into",
+           "set_threads"]
 
 BACKENDS = ("c", "numba", "numpy")
 # Backend per dtype when the C extension is loaded, chosen by measurement (see the module docstring).
@@ -207,9 +215,11 @@ def reduce_into(out: np.ndarray, inputs: Sequence[np.ndarray], op: str = "sum") 
         return out
     out_flat = out.reshape(-1)
     if half is None:
-        _backend(out.dtype, False).reduce_native(out_flat, flat, op)
+        native = _backend(out.dtype, False).reduce_native
+        run_split(lambda o, xs: native(o, xs, op), out_flat, flat)
     else:
-        _backend(half, mixed).reduce_half(out_flat, flat, op, half)
+        reduce_half = _backend(half, mixed).reduce_half
+        run_split(lambda o, xs: reduce_half(o, xs, op, half), out_flat, flat)
     return out
 
 
@@ -239,4 +249,5 @@ def backend_info() -> dict[str, object]:
             for dt in SUPPORTED_DTYPES
         },
         "native_dtypes": [dtype_name(dt) for dt in NATIVE_CODES],
+        "threads": get_threads(),
     }

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from mpi4py import MPI
 
+from .. import kernels
 from ..execution import land_receives
 from ..schedule import Op, OpKind, Schedule
 from .errors import CollectiveTimeoutError
@@ -288,6 +289,10 @@ def note_host_ranks(local_ranks: int) -> None:
         cores = os.cpu_count() or 1
     _oversubscribed = _oversubscribed or local_ranks > cores
     _host_ranks = max(_host_ranks, local_ranks)
+    # Ranks share the host's cores: a rank splits its large reductions over its share only (unless the user
+    # chose a thread count), so kernels of different ranks never oversubscribe the cores.
+    if not os.environ.get("COLLECTIVES_KERNEL_THREADS", "").strip():
+        kernels.set_threads(max(1, min(kernels.get_threads(), cores // _host_ranks)))
 
 
 def wait_until(task, deadline: float | None, describe) -> None:

@@ -78,3 +78,14 @@ def test_bad_calls_and_timeouts():
     result = json.loads(lines[-1][len("RESULT "):])
     assert result["failures"] == 0, result["messages"]
     assert "awaiting rank 1" in result["timeout_message"]
+
+
+@pytest.mark.parametrize("world_size,persistent", [(2, "1"), (3, "1"), (2, "0")])
+def test_small_message_shortcut_matches_mpi(world_size, persistent, monkeypatch):
+    """auto's small allreduces (check off: persistent requests, or Iallreduce with COLLECTIVES_PERSISTENT=0)
+    give MPI's own results bitwise for every native dtype and op, and bad calls still raise the library's errors."""
+    monkeypatch.setenv("COLLECTIVES_PERSISTENT", persistent)
+    result = launch(["-n", str(world_size), sys.executable, str(PROGRAMS / "check_small.py")])
+    assert result["failures"] == 0, result["messages"]
+    assert result["cases"] > 500
+    assert (result["cached"] > 0) == (persistent == "1")

@@ -59,7 +59,6 @@ from types import ModuleType
 import numpy as np
 
 from . import _numpy
-from ._parallel import get_threads, run_split, set_threads
 from ._dtypes import (
     FLOAT16,
     FLOAT32,
@@ -70,6 +69,7 @@ from ._dtypes import (
     SUPPORTED_OPS,
     dtype_name,
 )
+from ._parallel import get_threads, run_split, set_threads
 
 __all__ = ["SUPPORTED_DTYPES", "SUPPORTED_OPS", "backend_info", "get_threads", "reduce_into", "round_into",
            "set_threads"]

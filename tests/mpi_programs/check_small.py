@@ -1,0 +1,118 @@
+"""Run under mpiexec -n N: auto allreduce's small-message shortcut (check="off": inline 1-D path, persistent
+requests up to PERSISTENT_BELOW bytes, Iallreduce above) against MPI's own Allreduce on the same inputs, bitwise.
+
+Covers every MPI-native dtype x op, out=None / out=x / separate out, 2-D arrays and views (general path),
+more distinct (count, dtype, op) keys than the request cache holds (eviction, same order on every rank), bad
+calls falling through to the library's precise errors with buffers untouched, and the stats counters.
+Rank 0 prints `RESULT {json}`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+from mpi4py import MPI
+
+from collectives.transport import communicator as communicator_module
+from collectives.transport import init
+from collectives.transport.choice import native_supports
+from collectives.kernels import SUPPORTED_DTYPES
+
+comm = init(check="off", timeout=30)
+mpi = comm.mpi_comm
+rank, p = comm.rank, comm.size
+failures: list[str] = []
+cases = 0
+OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
+
+
+def data(count: int, dtype: np.dtype, salt: int) -> np.ndarray:
+    rng = np.random.default_rng(1000 * rank + salt)
+    if dtype.kind == "f":
+        return rng.integers(-3, 4, count).astype(dtype)  # exact in every float dtype: results bitwise
+    return rng.integers(0, 3, count).astype(dtype)
+
+
+def expect(x: np.ndarray, op: str) -> np.ndarray:
+    ref = np.empty_like(x)
+    mpi.Allreduce(x, ref, OPS[op])
+    return ref
+
+
+def same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+dtypes = [d for d in SUPPORTED_DTYPES if native_supports(d)]
+salt = 0
+for count in (1, 2, 7, 1000, 5000, 40000):  # 40000 float32 = 160 KB: above the persistent range
+    for dtype in dtypes:
+        for op in OPS:
+            salt += 1
+            x = data(count, dtype, salt)
+            keep = x.copy()
+            ref = expect(x, op)
+            got = comm.allreduce(x, op=op)
+            cases += 1
+            if not same(got, ref) or not same(x, keep):
+                failures.append(f"out=None count {count} {dtype} {op}")
+            out = np.full_like(x, 5)
+            comm.allreduce(x, out, op=op)
+            cases += 1
+            if not same(out, ref):
+                failures.append(f"out separate count {count} {dtype} {op}")
+            y = x.copy()
+            comm.allreduce(y, y, op=op)
+            cases += 1
+            if not same(y, ref):
+                failures.append(f"in place count {count} {dtype} {op}")
+
+# the same key again and again (a cached request reused), and 2-D arrays and views (the general path)
+x = data(6, np.dtype(np.float32), 1)
+ref = expect(x, "sum")
+for _ in range(50):
+    cases += 1
+    if not same(comm.allreduce(x), ref):
+        failures.append("repeated call")
+        break
+m = data(12, np.dtype(np.int32), 2).reshape(3, 4)
+cases += 1
+if not same(comm.allreduce(m), expect(m, "sum")):
+    failures.append("2-D array")
+big = data(20, np.dtype(np.int64), 3)
+cases += 1
+if not same(comm.allreduce(big[::2]), expect(np.ascontiguousarray(big[::2]), "sum")):
+    failures.append("strided view")
+
+# bad calls: the library's errors, buffers untouched
+x = data(8, np.dtype(np.float32), 4)
+for label, out in (("wrong size", np.zeros(9, np.float32)), ("wrong dtype", np.zeros(8, np.float64)),
+                   ("read-only", np.zeros(8, np.float32))):
+    if label == "read-only":
+        out.flags.writeable = False
+    before = out.copy()
+    cases += 1
+    try:
+        comm.allreduce(x, out)
+        failures.append(f"{label}: no error")
+    except (ValueError, TypeError) as exc:
+        if not same(out, before):
+            failures.append(f"{label}: out modified")
+        if "out" not in str(exc):
+            failures.append(f"{label}: message does not name out: {exc}")
+
+cached = len(comm._persistent)
+if cached > communicator_module.PERSISTENT_REQUESTS or (cached == 0 and os.environ.get("COLLECTIVES_PERSISTENT") != "0"
+                                                          and MPI.Get_version() >= (4, 0)):
+    failures.append(f"persistent request cache holds {cached}")
+stats = comm.stats
+if stats["native_calls"] < cases - 10 or stats["calls"] < stats["native_calls"]:
+    failures.append(f"stats {stats} after {cases} cases")
+comm.close()
+gathered = MPI.COMM_WORLD.gather(failures)
+if rank == 0:
+    flat = [f for fs in gathered for f in fs]
+    os.write(1, ("RESULT " + json.dumps({"cases": cases, "failures": len(flat), "messages": flat[:20],
+                                         "cached": cached}) + "\n").encode())

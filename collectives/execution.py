@@ -18,8 +18,13 @@ from .kernels import reduce_into
 from .schedule import Op, OpKind
 
 
-def land_receives(work: np.ndarray, received: Sequence[tuple[Op, np.ndarray]], op: str, node: int) -> None:
+def land_receives(work: np.ndarray, received: Sequence[tuple[Op, np.ndarray]], op: str, node: int,
+                  local: np.ndarray | None = None) -> None:
     """Apply one round's receives `(op, payload)` (in program order) to `work`, the buffer of `node`.
+
+    `local`: where the node's current value of every range these receives reduce into lives, when not in
+    `work` (the shared-memory executor reads a range the node has not written yet straight from the caller's
+    input instead of copying the input into `work` first); the results still land in `work`.
 
     The operands of one fused reduction are ordered by the node they come from (the local value counts as
     `node`'s), so two partners that reduce each other's data (recursive doubling) compute the same expression
@@ -40,7 +45,7 @@ def land_receives(work: np.ndarray, received: Sequence[tuple[Op, np.ndarray]], o
         else:
             operands = [(o.peer, p) for o, p in received[i:j]]
             if first.kind == OpKind.RECV_REDUCE:
-                operands.append((node, target))
+                operands.append((node, target if local is None else local[a:b]))
             operands.sort(key=lambda item: item[0])  # stable: program order among equal sources
             reduce_into(target, [p for _, p in operands], op)
         i = j

@@ -7,6 +7,7 @@ themselves with `@register`. A researcher's own module registers the same way, o
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 from collections.abc import Callable
@@ -73,9 +74,15 @@ def names(collective: str | None = None) -> list[str]:
     return sorted(n for n, a in _REGISTRY.items() if collective is None or collective in a.collectives)
 
 
+@functools.lru_cache(maxsize=256)
+def _signature(builder) -> inspect.Signature:
+    """inspect.signature is ~15 us: the transport asks for every call, so cache it per builder."""
+    return inspect.signature(builder)
+
+
 def parameters(name: str) -> dict[str, object]:
     """The builder's own parameters of algorithm `name`, with their defaults."""
-    sig = inspect.signature(info(name).builder)
+    sig = _signature(info(name).builder)
     fixed = {"collective", "world_size", "count", "root", "topology"}
     return {k: (None if v.default is inspect.Parameter.empty else v.default)
             for k, v in sig.parameters.items() if k not in fixed and v.kind is not inspect.Parameter.VAR_KEYWORD}
@@ -92,7 +99,7 @@ def parse_param_value(text: str) -> object:
 
 
 def _check_params(algo: AlgorithmInfo, params: dict) -> None:
-    sig = inspect.signature(algo.builder)
+    sig = _signature(algo.builder)
     if any(v.kind is inspect.Parameter.VAR_KEYWORD for v in sig.parameters.values()):
         return
     unknown = sorted(set(params) - set(sig.parameters) - {"collective", "world_size", "count", "root", "topology"})

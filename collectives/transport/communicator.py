@@ -547,10 +547,13 @@ class Communicator:
             if schedule.notes:
                 choice = Choice(choice.algorithm, choice.params, "; ".join([choice.reason, *schedule.notes]))
         self.last_choice = choice
+        source = None
         if wide:
             work, finish = self._widened_buffers(collective, x, out, op, root)
         else:
-            work, finish = self._buffers(collective, x, out, op, root)
+            lazy = choice.algorithm not in ("copy", "native") and p > 1 and not self.daemons
+            work, finish = self._buffers(collective, x, out, op, root, lazy=lazy)
+            source = self._lazy_source
         seq = self._next_seq()
         self._stats["calls"] += 1
         if choice.algorithm == "copy" or p == 1:
@@ -560,7 +563,8 @@ class Communicator:
             task = _NativeTask(seq, collective, choice, finish,
                                self._native_post(collective, x, work, out, op, root))
         else:
-            task = self._schedule_task(seq, collective, choice, finish, work, count, wdtype, kernel_op, root)
+            task = self._schedule_task(seq, collective, choice, finish, work, count, wdtype, kernel_op, root,
+                                       source)
         if self.check != "off" and p > 1:
             chosen = f"{choice.algorithm} {sorted(choice.params.items())!r}"
             meta = CallMeta(seq, collective, count, dtype_name(dtype), op if collective in REDUCING else "-", root,
@@ -662,17 +666,23 @@ class Communicator:
                              f"{collective}: {', '.join(registry.names(collective) + ['native', 'auto'])}")
         return Choice(algorithm, dict(params), "requested")
 
-    def _buffers(self, collective, x, out, op, root):
+    def _buffers(self, collective, x, out, op, root, lazy: bool = False):
         """The rank's work buffer (input placed per the collective's contract) and the `finish` that
-        produces the call's result from it."""
+        produces the call's result from it. `lazy` (allreduce and the root's reduce run by a schedule): leave
+        an out-of-place input where it is; `self._lazy_source` then holds it for the executor (which reads it
+        in place on shared memory, else copies it in when the call starts)."""
         p, r, n = self.size, self.rank, x.size
         flat = x.reshape(-1)
+        self._lazy_source = None
         if collective == "allreduce" or (collective == "reduce" and r == root):
             if out is None:
                 out = np.empty(x.shape, dtype=x.dtype)
             work = out.reshape(-1)
             if out is not x:
-                work[...] = flat
+                if lazy:
+                    self._lazy_source = flat
+                else:
+                    work[...] = flat
             return work, lambda: self._finalize(out, op)
         if collective == "reduce":
             work = flat.copy()  # partial sums never touch the caller's buffers on non-roots
@@ -745,7 +755,7 @@ class Communicator:
         self._schedules.move_to_end(key)
         return key, schedule, topology
 
-    def _schedule_task(self, seq, collective, choice, finish, work, count, dtype, kernel_op, root):
+    def _schedule_task(self, seq, collective, choice, finish, work, count, dtype, kernel_op, root, source=None):
         key, schedule, topology = self._schedule(collective, choice, count, root, dtype, kernel_op)
         daemons = self.daemons and schedule.num_nodes > schedule.world_size
         plan_key = (key, daemons)
@@ -777,7 +787,8 @@ class Communicator:
                     self._stats["switch_bytes_sent"] += plan.sent_elements[node] * isz
                     self._stats["switch_bytes_received"] += plan.received_elements[node] * isz
             # shared memory when the ranks share a host (transport/shm.py), else messages
-            return _executor.start_execution(plan, carrier, works, kernel_op, seq, tag_base)
+            return _executor.start_execution(plan, carrier, works, kernel_op, seq, tag_base,
+                                             source if not daemons else None)
 
         before = None
         if daemons and self.rank == 0:

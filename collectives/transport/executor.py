@@ -263,14 +263,24 @@ class Execution:
 
 
 def start_execution(plan: ProcPlan, comm: MPI.Comm, works: list[np.ndarray], kernel_op: str, seq: int,
-                    tag_base: int):
+                    tag_base: int, source: np.ndarray | None = None):
     """The execution of one call: over shared memory (shm.py) when every node is a rank and the ranks share
-    a host, else with messages (`Execution`). Both offer advance/stuck/cancel/events/done/last_completed."""
+    a host, else with messages (`Execution`). Both offer advance/stuck/cancel/events/done/last_completed.
+
+    `source`: the input of this process's rank node when it is not in its work buffer yet (out-of-place
+    allreduce: the caller's x). Shared memory reads it in place until the schedule overwrites each range;
+    otherwise it is copied into the work buffer here."""
     from . import shm
 
     if shm.eligible(plan, comm):
+        lazy = source is not None and len(works) == 1 and source.size == plan.schedule.work_size
+        if source is not None and not lazy:
+            works[plan.nodes.index(plan.proc)][...] = source
         return shm.ShmExecution(plan, comm, works, kernel_op,
-                                lambda: Execution(plan, comm, works, kernel_op, seq, tag_base))
+                                lambda: Execution(plan, comm, works, kernel_op, seq, tag_base),
+                                source if lazy else None)
+    if source is not None:
+        works[plan.nodes.index(plan.proc)][...] = source
     return Execution(plan, comm, works, kernel_op, seq, tag_base)
 
 

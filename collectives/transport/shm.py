@@ -73,6 +73,22 @@ def _covered(a: int, b: int, merged: list[tuple[int, int]]) -> bool:
     return any(c <= a and b <= d for c, d in merged)
 
 
+def _unwritten(a: int, b: int, merged: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of [a, b) outside the merged (sorted, disjoint) ranges."""
+    parts, lo = [], a
+    for c, d in merged:
+        if d <= lo or c >= b:
+            continue
+        if c > lo:
+            parts.append((lo, c))
+        lo = max(lo, d)
+        if lo >= b:
+            break
+    if lo < b:
+        parts.append((lo, b))
+    return parts
+
+
 @dataclass
 class _Round:
     k: int  # global round index
@@ -82,6 +98,11 @@ class _Round:
     mirror_waits: list[tuple[int, int]]  # (peer, offset): read[peer] >= base + offset before the mirror copy
     advance_to: int  # offset from base both counters take once the round is finished
     copy_next: list[tuple[int, int]]  # input ranges first read by peers in the next active round: copy in now
+    # Lazy input (the caller's x is not copied into the work buffer up front): for each group, the parts of its
+    # target not written before it (a reduce reads the node's value there from x); copy_next cut into parts
+    # (lo, hi, unwritten: copy from x rather than from work)
+    fresh: list[list[tuple[int, int]]]
+    copy_next_parts: list[tuple[int, int, bool]]
 
 
 @dataclass
@@ -92,6 +113,7 @@ class ShmPlan:
     copy_in: list[tuple[int, int]]  # input ranges peers read in the first active round (copied at the start)
     start_offset: int  # counters after the copy-in: 1 + first active round (or total)
     work_size: int
+    never_written: list[tuple[int, int]]  # ranges no round writes: copied from x at the end (lazy input)
 
     @property
     def writes_window(self) -> bool:
@@ -119,6 +141,7 @@ class ShmPlan:
             exposed += fresh
             written += [(o.start, o.stop) for o in ops if o.kind != OpKind.SEND]
         rounds = []
+        written_so_far: list[tuple[int, int]] = []
         for i, (k, ops) in enumerate(active):
             recvs = [o for o in ops if o.kind != OpKind.SEND]
             data: dict[int, int] = {}
@@ -143,9 +166,24 @@ class ShmPlan:
                         waits[q] = max(waits.get(q, 0), 2 + j)
             nxt = 1 + active[i + 1][0] if i + 1 < len(active) else 1 + R
             pre = copy_in[i + 1] if i + 1 < len(active) else []
-            rounds.append(_Round(k, groups, sorted(data.items()), mirror, sorted(waits.items()), nxt, pre))
+            fresh = []
+            for g in groups:  # program order: a group sees the writes of the groups before it
+                merged = _merge(written_so_far)
+                a, b = g[0].start, g[0].stop
+                fresh.append(_unwritten(a, b, merged) if g[0].kind == OpKind.RECV_REDUCE else [])
+                written_so_far += [(o.start, o.stop) for o in g]
+            merged = _merge(written_so_far)
+            pre_parts = []
+            for lo, hi in pre:
+                unwritten = _unwritten(lo, hi, merged)
+                pre_parts += [(c, d, True) for c, d in unwritten]
+                cut = [lo] + [e for c, d in unwritten for e in (c, d)] + [hi]  # written parts between them
+                pre_parts += [(c, d, False) for c, d in zip(cut[::2], cut[1::2], strict=True) if d > c]
+            rounds.append(_Round(k, groups, sorted(data.items()), mirror, sorted(waits.items()), nxt, pre,
+                                 fresh, sorted(pre_parts)))
         start = 1 + active[0][0] if active else 1 + R
-        return cls(node, 1 + R, rounds, copy_in[0] if active else [], start, schedule.work_size)
+        never = _unwritten(0, schedule.work_size, _merge(written_so_far))
+        return cls(node, 1 + R, rounds, copy_in[0] if active else [], start, schedule.work_size, never)
 
 
 # -- the arena: windows of one communicator -------------------------------------------------------------
@@ -248,10 +286,14 @@ class ShmExecution:
     The caller's work buffer stays the node's state (receives land there, so no copy-out); the window holds a
     mirror of the ranges peers read (copied in at the start, or after the write that precedes the read)."""
 
-    def __init__(self, plan, comm: MPI.Comm, works: list[np.ndarray], kernel_op: str, fallback) -> None:
+    def __init__(self, plan, comm: MPI.Comm, works: list[np.ndarray], kernel_op: str, fallback,
+                 source: np.ndarray | None = None) -> None:
         self.plan = plan
         self.comm = comm
         self.work = works[0]
+        # lazy input: the node's initial value is `source` (the caller's x), not yet copied into work; ranges are
+        # read from it until the schedule writes them (saves a full read + write of the buffer per call)
+        self.source = source
         self.kernel_op = kernel_op
         self._fallback_factory = fallback
         self.inner = None  # the message-passing Execution when shared memory cannot serve
@@ -302,6 +344,7 @@ class ShmExecution:
                 _arenas[id(self.comm)] = arena if arena.usable else None
                 arena = arena if arena.usable else None
             if arena is None:
+                self._materialize()
                 self.inner = self._fallback_factory()
                 return self.advance()
             self.arena = arena
@@ -323,9 +366,9 @@ class ShmExecution:
                 self._waiting = late
                 return False
             a.fence()
-            mine, work = self.mine, self.work
-            for lo, hi in self.splan.copy_in:
-                mine[lo:hi] = work[lo:hi]
+            mine, origin = self.mine, self.work if self.source is None else self.source
+            for lo, hi in self.splan.copy_in:  # nothing is written yet: the input is the origin
+                mine[lo:hi] = origin[lo:hi]
         self._publish(self.splan.start_offset)
         self._state = "rounds"
         return self.advance()
@@ -360,8 +403,16 @@ class ShmExecution:
                         self._waiting = (q,)
                         return False
                 a.fence()
-                for g in r.groups:
-                    land_receives(work, [(o, views[o.peer][o.start:o.stop]) for o in g], op, node)
+                src = self.source
+                for g, fresh in zip(r.groups, r.fresh, strict=True):
+                    local = None
+                    if src is not None and fresh:
+                        if len(fresh) == 1 and fresh[0] == (g[0].start, g[0].stop):
+                            local = src  # the node's value of the whole target is still the input
+                        else:
+                            for lo, hi in fresh:
+                                work[lo:hi] = src[lo:hi]
+                    land_receives(work, [(o, views[o.peer][o.start:o.stop]) for o in g], op, node, local)
                 self._landed = True
                 if r.mirror:
                     a.fence()
@@ -376,14 +427,28 @@ class ShmExecution:
                     mine[lo:hi] = work[lo:hi]
             if r.copy_next:
                 mine = self.mine
-                for lo, hi in r.copy_next:
-                    mine[lo:hi] = work[lo:hi]
+                if self.source is None:
+                    for lo, hi in r.copy_next:
+                        mine[lo:hi] = work[lo:hi]
+                else:  # parts not written yet hold the input's value
+                    src = self.source
+                    for lo, hi, unwritten in r.copy_next_parts:
+                        mine[lo:hi] = (src if unwritten else work)[lo:hi]
             self._landed = False
             self._publish(r.advance_to)
             self.last_completed = r.k
             self._i += 1
         self._waiting = ()
+        if self.source is not None:
+            for lo, hi in self.splan.never_written:
+                work[lo:hi] = self.source[lo:hi]
         return True
+
+    def _materialize(self) -> None:
+        """Copy the lazy input into the work buffer (before handing the call to the message executor)."""
+        if self.source is not None:
+            self.work[...] = self.source
+            self.source = None
 
     def stuck(self) -> tuple[int | None, int | None, tuple[int, ...]]:
         if self.inner is not None:

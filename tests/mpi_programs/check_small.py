@@ -15,10 +15,10 @@ import os
 import numpy as np
 from mpi4py import MPI
 
+from collectives.kernels import SUPPORTED_DTYPES
 from collectives.transport import communicator as communicator_module
 from collectives.transport import init
 from collectives.transport.choice import native_supports
-from collectives.kernels import SUPPORTED_DTYPES
 
 comm = init(check="off", timeout=30)
 mpi = comm.mpi_comm

@@ -331,29 +331,14 @@ class Communicator:
         # conditions are ordered cheapest first: this line is most of a tiny call's Python cost.
         if type(x) is np.ndarray and x.nbytes < self._fast_below and algorithm == "auto" and not async_op \
                 and not self._queue and deterministic is None and accumulate is None and not params:
-            # Hottest case inline: 1-D arrays, no agreement. mpi4py itself refuses (before communicating)
-            # non-contiguous or read-only buffers and send/receive counts or types that differ; then the
-            # general path below raises the library's precise error.
+            # Hottest case inline: tiny 1-D arrays, no agreement, a cached persistent request (1-D arrays are
+            # contiguous; out must match x exactly, else the checks below raise the library's precise error).
             mpi_op = _NATIVE_OPS.get(op)
-            if self._fast_ready and x.ndim == 1 and mpi_op is not None and x.dtype in _NATIVE_DTYPES and (
-                    out is None or (type(out) is np.ndarray and out.ndim == 1 and out.base is None
-                                    and x.base is None)):
-                if x.nbytes <= self._persistent_below and (out is None or (out.dtype == x.dtype and out.size == x.size
-                                                                          and out.flags.writeable)):
-                    return self._persistent_allreduce(x, out, op, mpi_op, timeout)
-                if out is None:
-                    out, send = np.empty_like(x), x
-                else:
-                    send = MPI.IN_PLACE if out is x else x
-                try:
-                    req = self._comm.Iallreduce(send, out, mpi_op)
-                except (ValueError, TypeError, BufferError):
-                    req = None
-                if req is not None:
-                    self._seq += 1
-                    self._fast_calls += 1
-                    self.last_choice = _SMALL_NATIVE
-                    return self._finish_small(req, out, timeout)
+            if self._fast_ready and x.nbytes <= self._persistent_below and x.ndim == 1 and mpi_op is not None \
+                    and x.dtype in _NATIVE_DTYPES and (out is None or (
+                        type(out) is np.ndarray and out.ndim == 1 and out.base is None and x.base is None
+                        and out.dtype == x.dtype and out.size == x.size and out.flags.writeable)):
+                return self._persistent_allreduce(x, out, op, mpi_op, timeout)
             fast = self._small_native_allreduce(x, out, op, timeout)
             if fast is not None:
                 return fast
@@ -423,28 +408,24 @@ class Communicator:
         self._seq += 1
         self._fast_calls += 1
         self.last_choice = _SMALL_NATIVE
+        # _spin's loop inlined: two Python calls are ~0.2 us, ~10% of an 8-byte call at n=2 (measured)
         for _ in range(1024):
             if req.Test():
                 break
             if _executor._oversubscribed:
                 os.sched_yield()
         else:
-            task = _NativeTask(self._seq, "allreduce", _SMALL_NATIVE, lambda: None, lambda: req)
-            self._queue.append(task)
-            self._wait_for(task, timeout)  # bounded wait with the full timeout report
+            self._finish_small(req, None, timeout)  # bounded wait with the full timeout report
         if out is None:
             return buf.copy()
         out[...] = buf
         return out
 
-    def _finish_small(self, req: MPI.Request, out: np.ndarray, timeout: float | None) -> np.ndarray:
+    def _finish_small(self, req: MPI.Request, out: np.ndarray | None, timeout: float | None) -> np.ndarray | None:
         # MPICH completes a small shared-memory allreduce within a few polls; poll flat out before the general
         # bounded wait (which sleeps between polls and builds the timeout report).
-        for _ in range(1024):
-            if req.Test():
-                return out
-            if _executor._oversubscribed:
-                os.sched_yield()
+        if _spin(req.Test):
+            return out
         self._queue.append(_NativeTask(self._seq, "allreduce", _SMALL_NATIVE, lambda: out, lambda: req))
         self._wait_for(self._queue[-1], timeout)  # bounded wait with the full timeout report
         return out
@@ -552,8 +533,7 @@ class Communicator:
             work, finish = self._widened_buffers(collective, x, out, op, root)
         else:
             lazy = choice.algorithm not in ("copy", "native") and p > 1 and not self.daemons
-            work, finish = self._buffers(collective, x, out, op, root, lazy=lazy)
-            source = self._lazy_source
+            work, finish, source = self._buffers(collective, x, out, op, root, lazy=lazy)
         seq = self._next_seq()
         self._stats["calls"] += 1
         if choice.algorithm == "copy" or p == 1:
@@ -590,7 +570,7 @@ class Communicator:
         """accumulate="float32": run the call on a float32 copy of x (converted once), then round the float32
         result once into the caller's output (a new array, `out`, or x itself when out=x)."""
         x32 = x.astype(np.float32)
-        work, finish32 = self._buffers(collective, x32, None, op, root)
+        work, finish32, _ = self._buffers(collective, x32, None, op, root)
 
         def finish():
             result = finish32()
@@ -667,28 +647,25 @@ class Communicator:
         return Choice(algorithm, dict(params), "requested")
 
     def _buffers(self, collective, x, out, op, root, lazy: bool = False):
-        """The rank's work buffer (input placed per the collective's contract) and the `finish` that
-        produces the call's result from it. `lazy` (allreduce and the root's reduce run by a schedule): leave
-        an out-of-place input where it is; `self._lazy_source` then holds it for the executor (which reads it
-        in place on shared memory, else copies it in when the call starts)."""
+        """The rank's work buffer (input placed per the collective's contract), the `finish` that produces
+        the call's result from it, and the input still to place (None: placed). `lazy` (allreduce and the root's
+        reduce run by a schedule): leave an out-of-place input where it is and return it, for the executor to
+        read in place on shared memory or to copy in when the call starts."""
         p, r, n = self.size, self.rank, x.size
         flat = x.reshape(-1)
-        self._lazy_source = None
         if collective == "allreduce" or (collective == "reduce" and r == root):
             if out is None:
                 out = np.empty(x.shape, dtype=x.dtype)
             work = out.reshape(-1)
-            if out is not x:
-                if lazy:
-                    self._lazy_source = flat
-                else:
-                    work[...] = flat
-            return work, lambda: self._finalize(out, op)
+            source = flat if out is not x and lazy else None
+            if out is not x and not lazy:
+                work[...] = flat
+            return work, lambda: self._finalize(out, op), source
         if collective == "reduce":
             work = flat.copy()  # partial sums never touch the caller's buffers on non-roots
-            return work, lambda: None
+            return work, lambda: None, None
         if collective == "broadcast":
-            return flat, lambda: x
+            return flat, lambda: x, None
         if collective == "reduce_scatter":
             k = n // p
             work = flat.copy()
@@ -699,13 +676,13 @@ class Communicator:
             def finish():
                 out.reshape(-1)[...] = work[r * k:(r + 1) * k]
                 return self._finalize(out, op)
-            return work, finish
+            return work, finish, None
         # allgather
         if out is None:
             out = np.empty((p * x.shape[0], *x.shape[1:]) if x.ndim else (p,), dtype=x.dtype)
         work = out.reshape(-1)
         work[r * n:(r + 1) * n] = flat
-        return work, lambda: out
+        return work, lambda: out, None
 
     def _finalize(self, out: np.ndarray, op: str) -> np.ndarray:
         finalize(out.reshape(-1), op, self.size)

@@ -272,15 +272,13 @@ def start_execution(plan: ProcPlan, comm: MPI.Comm, works: list[np.ndarray], ker
     otherwise it is copied into the work buffer here."""
     from . import shm
 
-    if shm.eligible(plan, comm):
-        lazy = source is not None and len(works) == 1 and source.size == plan.schedule.work_size
-        if source is not None and not lazy:
-            works[plan.nodes.index(plan.proc)][...] = source
-        return shm.ShmExecution(plan, comm, works, kernel_op,
-                                lambda: Execution(plan, comm, works, kernel_op, seq, tag_base),
-                                source if lazy else None)
-    if source is not None:
+    shared = shm.eligible(plan, comm)
+    if source is not None and not (shared and len(works) == 1 and source.size == plan.schedule.work_size):
         works[plan.nodes.index(plan.proc)][...] = source
+        source = None
+    if shared:
+        return shm.ShmExecution(plan, comm, works, kernel_op,
+                                lambda: Execution(plan, comm, works, kernel_op, seq, tag_base), source)
     return Execution(plan, comm, works, kernel_op, seq, tag_base)
 
 

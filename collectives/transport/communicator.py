@@ -35,6 +35,7 @@ from .domains import find_domains, topology_for
 from .errors import CollectiveTimeoutError, CommunicatorClosedError
 from .executor import Execution, ProcPlan, wait_until
 from .placement import daemon_placement, leader_placement
+from .scratch import ScratchPool
 
 _NATIVE_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
 _NATIVE_DTYPES = frozenset(d for d in SUPPORTED_DTYPES if native_supports(d))
@@ -246,6 +247,7 @@ class Communicator:
         self._completed = 0
         self._schedules: OrderedDict = OrderedDict()
         self._plans: OrderedDict = OrderedDict()
+        self._scratch = ScratchPool()
         self._tag_ub = self._comm.Get_attr(MPI.TAG_UB)
         self._closed = False
         self._failure: BaseException | None = None
@@ -478,6 +480,7 @@ class Communicator:
                 for _, req in self._persistent.values():
                     req.Free()
             self._persistent.clear()
+            self._scratch.clear()
             if self._world is not None and self.rank == 0 and self._failure is None:
                 _daemon.stop_daemons(self._world, timeout=self.timeout)
             elif self._world is not None:
@@ -661,22 +664,27 @@ class Communicator:
             if out is not x and not lazy:
                 work[...] = flat
             return work, lambda: self._finalize(out, op), source
-        if collective == "reduce":
-            work = flat.copy()  # partial sums never touch the caller's buffers on non-roots
-            return work, lambda: None, None
         if collective == "broadcast":
             return flat, lambda: x, None
+        # reduce on a non-root, reduce_scatter: the work buffer is the library's (partial sums never touch the
+        # caller's buffers), from the pool (a fresh one per call re-faults every page: scratch.py)
+        work = self._scratch.take(n, x.dtype)
+        source = flat if lazy else None
+        if not lazy:
+            work[...] = flat
+        if collective == "reduce":
+            return work, lambda: self._scratch.give(work), source
         if collective == "reduce_scatter":
             k = n // p
-            work = flat.copy()
             if out is None:
                 shape = (x.shape[0] // p, *x.shape[1:]) if x.ndim >= 1 and x.shape[0] % p == 0 else (k,)
                 out = np.empty(shape, dtype=x.dtype)
 
             def finish():
                 out.reshape(-1)[...] = work[r * k:(r + 1) * k]
+                self._scratch.give(work)
                 return self._finalize(out, op)
-            return work, finish, None
+            return work, finish, source
         # allgather
         if out is None:
             out = np.empty((p * x.shape[0], *x.shape[1:]) if x.ndim else (p,), dtype=x.dtype)
@@ -702,7 +710,7 @@ class Communicator:
             k = work.size // self.size
             if k == 0:
                 return c.Ibarrier
-            send = work.copy()  # the result block lands where finish() reads it, as for schedules
+            send = x.reshape(-1)  # MPI only reads it; the result block lands where finish() reads it
             return lambda: c.Ireduce_scatter_block(send, work[r * k:(r + 1) * k], mop)
         n = x.size  # allgather: own block already in place
         return lambda: c.Iallgather(MPI.IN_PLACE, work) if n else c.Ibarrier()

@@ -69,7 +69,7 @@ def test_switch_daemons(world_size, num_daemons):
 
 
 def test_bad_calls_and_timeouts():
-    """18 bad calls raise before communicating; a missing peer raises CollectiveTimeoutError (issue 9 groundwork)."""
+    """22 bad calls (bad timeouts included) raise before communicating; a missing peer raises CollectiveTimeoutError (issue 9 groundwork)."""
     env = dict(os.environ, MPIEXEC_TIMEOUT="60")
     cmd = [str(MPIEXEC), "-n", "2", sys.executable, str(PROGRAMS / "check_errors.py")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=75, env=env)

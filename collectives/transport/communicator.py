@@ -48,9 +48,25 @@ _SMALL_NATIVE = Choice("native", {}, "message below the native threshold (see co
 _CACHE_SIZE = 64
 
 
+def check_timeout(value, where: str = "timeout") -> float | None:
+    """A timeout in seconds: None (or inf) waits forever, else a positive number; ValueError otherwise
+    (a negative or NaN timeout would make every wait expire at once, or never)."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where} must be a number of seconds > 0 or None (wait forever), got {value!r}") from None
+    if not seconds > 0:  # negative, zero or NaN (inf is allowed: a deadline that never comes)
+        raise ValueError(f"{where} must be a number of seconds > 0 or None (wait forever), got {value!r}")
+    return seconds
+
+
 def _default_timeout() -> float | None:
     value = os.environ.get("COLLECTIVES_TIMEOUT", "600")
-    return None if value.lower() in ("", "none", "0", "inf") else float(value)
+    if value.strip().lower() in ("", "none", "0", "inf"):
+        return None
+    return check_timeout(value, "COLLECTIVES_TIMEOUT (seconds; 0 or none waits forever)")
 
 
 def _env_flag(name: str) -> bool:
@@ -107,6 +123,8 @@ class Work:
 
     def wait(self, timeout: float | None = None):
         """Block until done (at most `timeout` s, default the communicator's) and return the output."""
+        if timeout is not None:
+            timeout = check_timeout(timeout, "wait(timeout=)")
         self._comm._wait_for(self._task, timeout)
         return self._task.result
 
@@ -220,7 +238,7 @@ class Communicator:
     def __init__(self, mpi_comm: MPI.Comm, *, ranks_per_domain: int | None = None, topology=None,
                  timeout: float | None = None, world: _daemon.World | None = None, check: str | None = None,
                  deterministic: bool | None = None, accumulate: str | None = None) -> None:
-        self.timeout = _default_timeout() if timeout is None else timeout
+        self.timeout = _default_timeout() if timeout is None else check_timeout(timeout, "init(timeout=)")
         self._check = check_mode(check)
         self.deterministic = _env_flag("COLLECTIVES_DETERMINISTIC") if deterministic is None else bool(deterministic)
         self.accumulate = check_accumulate(os.environ.get("COLLECTIVES_ACCUMULATE") or None
@@ -329,6 +347,8 @@ class Communicator:
         `deterministic=True` (default: the communicator's) uses the fixed rank-order reduction of algorithm
         'direct'; `accumulate="float32"` carries float16/bfloat16 partial sums in float32 and rounds once.
         """
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         # The small-message shortcut (`_fast_below` is 0 when the communicator's settings rule it out); the
         # conditions are ordered cheapest first: this line is most of a tiny call's Python cost.
         if type(x) is np.ndarray and x.nbytes < self._fast_below and algorithm == "auto" and not async_op \
@@ -459,6 +479,8 @@ class Communicator:
     def barrier(self, *, async_op: bool = False, timeout: float | None = None):
         """Wait until every rank has entered the barrier (after this rank's earlier calls completed)."""
         self._check_open()
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         task = _NativeTask(self._next_seq(), "barrier", Choice("native", {}, "barrier is MPI's own"),
                            lambda: None, self._comm.Ibarrier)
         if self.check != "off":
@@ -503,6 +525,8 @@ class Communicator:
     def _call(self, collective, x, out, op, root, algorithm, async_op, timeout, params, deterministic=None,
               accumulate=None):
         self._check_open()
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         p = self.size
         x = self._check_input(collective, x)
         dtype = x.dtype
@@ -969,7 +993,8 @@ def init(mpi_comm: MPI.Comm | None = None, *, ranks_per_domain: int | None = Non
     """
     world = None
     if mpi_comm is None:
-        world = _daemon.split_world(_daemon.APP, timeout=_default_timeout() if timeout is None else timeout)
+        world = _daemon.split_world(_daemon.APP, timeout=_default_timeout() if timeout is None
+                                    else check_timeout(timeout, "init(timeout=)"))
         mpi_comm = world.local
         if not world.serving or any(c._world is world for c in _live):
             world = None

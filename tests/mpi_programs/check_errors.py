@@ -36,6 +36,10 @@ BAD = {
     "reduce_scatter not divisible": lambda: comm.reduce_scatter(np.zeros(comm.size * 2 + 1)),
     "params with auto": lambda: comm.allreduce(x, chunks=2),
     "bad builder parameter": lambda: comm.allreduce(x, algorithm="ring", chunks=0),
+    "negative timeout": lambda: comm.allreduce(x, timeout=-1),
+    "zero timeout": lambda: comm.allreduce(x, algorithm="ring", timeout=0),
+    "NaN timeout": lambda: comm.barrier(timeout=float("nan")),
+    "timeout not a number": lambda: comm.reduce_scatter(np.zeros(comm.size), timeout="soon"),
 }
 failures, raised = [], {}
 for name, call in BAD.items():

@@ -84,6 +84,7 @@ def test_bench_allreduce_table_json_csv(tmp_path):
     out = proc.stdout
     assert "#       size         count      type   redop    root     time   algbw   busbw #wrong" in out
     assert "# Out of bounds values : 0 OK" in out and "# Avg bus bandwidth    : " in out
+    assert "minBytes 8 maxBytes 65536 " in out  # -e as asked, though the x8 sweep stops at 32K
     rows = table_rows(out)
     assert len(rows) == 5 * 4  # sizes 8, 64, 512, 4K, 32K x four algorithms
     for f in rows:

@@ -87,6 +87,7 @@ class Options:
     osu: bool = False
     osu_full: bool = False
     in_place: bool = True
+    max_bytes: int | None = None  # -e as asked (nccl-tests' header shows it, even when the sweep stops below)
     out = sys.stdout
 
 
@@ -283,7 +284,7 @@ class Bench:
         o = self.opts
         hosts = self.hosts()
         for line in fmt.header(collective=o.collective, world_size=self.p, min_bytes=o.sizes[0],
-                               max_bytes=o.sizes[-1], step=o.step, warmup=o.warmup, iters=o.iters,
+                               max_bytes=o.max_bytes if o.max_bytes is not None else o.sizes[-1], step=o.step, warmup=o.warmup, iters=o.iters,
                                check=int(o.check), stat=o.stat, hosts=hosts, predict=o.predict):
             self.emit(line)
         for spec in o.algorithms:

@@ -83,7 +83,7 @@ def _options(args, world_size: int):
                    iters=args.iters, warmup=args.warmup_iters, check=bool(args.check),
                    algorithms=parse_algorithms(args.algorithms, args.collective), stat=args.stat,
                    predict=args.predict, json_path=args.json, csv_path=args.csv, osu=args.osu, osu_full=args.full,
-                   in_place=not args.no_inplace)
+                   in_place=not args.no_inplace, max_bytes=hi)
 
 
 def run(args) -> int:

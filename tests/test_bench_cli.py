@@ -103,7 +103,10 @@ def test_bench_allreduce_table_json_csv(tmp_path):
 def test_calibrate_then_predict_and_osu(tmp_path):
     proc = mpirun(2, "calibrate", "--out", "cal.json", "--quick", tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "transport round cost" in proc.stdout
+    assert "transport round cost" in proc.stdout and "shared-memory windows" in proc.stdout
+    cal = json.loads((tmp_path / "cal.json").read_text())["calibration"]
+    assert {"mirror", "land", "reduce"} <= set(cal["window_s"]) and cal["round_s"] > 0
+    assert all(t > 0 for curve in cal["window_s"].values() for _, t in curve)
     from collectives.simulate import simulate
     from collectives.topology import load
 
@@ -155,3 +158,34 @@ def test_wrong_results_fail_on_every_rank(tmp_path, monkeypatch):
 def test_usage_errors_exit_2(tmp_path):
     proc = mpirun(2, "bench", "allreduce", "-b", "8", "-e", "8", "--algorithms", "nosuch", tmp_path=tmp_path)
     assert proc.returncode == 2 and "unknown algorithm 'nosuch'" in proc.stderr
+
+
+def test_window_calibration_prices_a_round_as_the_shared_memory_executor_runs_it(tmp_path):
+    """bench --predict with window curves: at p=2 a ring allreduce (two rounds: the half the peer reduces is
+    mirrored and reduced, the result half mirrored and landed) costs 2 rounds + 2 mirrors + land + reduce,
+    plus the per-call cost."""
+    import numpy as np
+
+    from collectives.benchmark.calibrate import window_overrides
+    from collectives.benchmark.runner import Predictor
+    from collectives.topology import preset, save
+
+    mirror, land, reduce, per_round, per_call = 10e-6, 20e-6, 50e-6, 15e-6, 30e-6
+    sizes = [64 << 10, 64 << 20]
+    calibration = {"ranks": 2, "window_s": {k: [[d, v] for d in sizes] for k, v in
+                                            (("mirror", mirror), ("land", land), ("reduce", reduce))},
+                   "round_s": per_round, "call_overhead_s": per_call, "exchange_s": [[d, 1e-3] for d in sizes],
+                   "reduce_curve": {"float32": [[d, 1e10] for d in sizes], "float16": [[d, 5e9] for d in sizes]}}
+    over = window_overrides(calibration, 1 << 20, "float16")
+    m = (1 << 20) / 2
+    assert over["nvlink_bandwidth"] == pytest.approx(m / (mirror + land))
+    assert over["reduce_bandwidth"]["float32"] == pytest.approx(m / (reduce - land))
+    assert over["reduce_bandwidth"]["float16"] == pytest.approx(m / (2 * (reduce - land)))  # kernel half as fast
+    assert over["reduce_bandwidth"]["default"] == over["reduce_bandwidth"]["float16"]
+    path = tmp_path / "cal.json"
+    save(preset("loopback", ranks=2), path)
+    data = json.loads(path.read_text())
+    data["calibration"] = calibration
+    path.write_text(json.dumps(data))
+    predicted = Predictor(str(path), 2, np.dtype(np.float32), "sum", 0).predict("allreduce", "ring", {}, 1 << 20)
+    assert predicted == pytest.approx(per_call + 2 * per_round + 2 * mirror + land + reduce, rel=0.01)

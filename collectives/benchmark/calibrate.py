@@ -14,8 +14,21 @@ share cores in calibration exactly as they will in `collectives bench`):
    a loopback message crosses two hops (rank -> shared-memory "switch" -> rank), so the hop latency
    (`nvlink_latency`) is half of it.
 
+5. the shared-memory executor's data movement at each operation size D (`window_exchange`): with the footprint
+   of an in-place allreduce (a private buffer and an MPI-3 shared window of D bytes per rank) and pieces of
+   m = D/p bytes, the time per piece to *mirror* (private -> own window), to *land* (peer's window -> private)
+   and to *reduce* (private += peer's window, the kernels), every rank at once, timed from the first rank's
+   start to the last rank's end (one clock on one host): with more ranks than cores, ranks sharing a core
+   serialise, and that time shows it;
+6. the transport's fixed costs with no payload: ring allreduce (2(p-1) rounds) and ring allgather (p-1 rounds)
+   of tiny arrays give the cost per round (difference / (p-1)) and per call (2 x allgather - allreduce).
+
 The topology is `preset("loopback", ranks=p)` with nvlink_bandwidth = B, nvlink_latency = per-round / 2 and
 reduce_bandwidth = {dtype: measured, "default": float32's}; `calibration` in the JSON keeps the raw numbers.
+`bench --predict` re-parameterises it per size from the window curves (`sized_overrides`): a schedule's
+receive costs a mirror and a land in the shared-memory executor (B = m / (mirror + land)), a receive-reduce a
+mirror and a fused reduce that reads the peer's window in place (the reduce rate is set so that
+transfer + reduce = mirror + reduce); and it adds the per-call cost to the simulated time.
 """
 
 from __future__ import annotations
@@ -171,6 +184,84 @@ def transport_round_cost(comm, quick: bool = False) -> float:
     return t / (2 * (p - 1))
 
 
+WINDOW_SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+
+
+def _phase(mpi_comm, fn, reps: int) -> float:
+    """Median over reps of (last rank's end - first rank's start) of fn() run by every rank at once."""
+    from mpi4py import MPI
+
+    fn()
+    spans = []
+    for _ in range(reps):
+        mpi_comm.Barrier()
+        t0 = time.perf_counter()
+        fn()
+        t1 = time.perf_counter()
+        spans.append(mpi_comm.allreduce(t1, op=MPI.MAX) - mpi_comm.allreduce(t0, op=MPI.MIN))
+        mpi_comm.Barrier()  # nobody starts the next pass (overwriting its window) while a peer still reads it
+    return _median(spans)
+
+
+def window_exchange(mpi_comm, sizes=WINDOW_SIZES, quick: bool = False) -> dict[str, list]:
+    """{"mirror"|"land"|"reduce": [[D, seconds per piece], ...]}: the shared-memory executor's three data
+    movements over pieces of D/p bytes of a D-byte buffer (float32), every rank at once, partners r ^ 1."""
+    from mpi4py import MPI
+
+    from ..kernels import reduce_into
+
+    node = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED)
+    rank, p = mpi_comm.Get_rank(), mpi_comm.Get_size()
+    win = MPI.Win.Allocate_shared(max(sizes), 1, comm=node)
+    try:
+        partner = rank ^ 1 if (rank ^ 1) < p else rank
+        mine, _ = win.Shared_query(node.Get_rank())
+        theirs, _ = win.Shared_query(partner % node.Get_size())
+        out: dict[str, list] = {"mirror": [], "land": [], "reduce": []}
+        for D in sizes:
+            n = D // 4
+            m = n // p
+            x = np.ones(n, np.float32)
+            own = np.frombuffer(mine, np.float32, n)
+            peer = np.frombuffer(theirs, np.float32, n)
+            pieces = [slice(i * m, (i + 1) * m) for i in range(p)]
+
+            def mirror(x=x, own=own, pieces=pieces):
+                for s in pieces:
+                    np.copyto(own[s], x[s])
+
+            def land(x=x, peer=peer, pieces=pieces):
+                for s in pieces:
+                    np.copyto(x[s], peer[s])
+
+            def red(x=x, peer=peer, pieces=pieces):
+                for s in pieces:
+                    reduce_into(x[s], [x[s], peer[s]], "sum")
+
+            reps = max(3, _reps(D, quick) // 2)
+            for name, fn in (("mirror", mirror), ("land", land), ("reduce", red)):
+                out[name].append([D, _phase(mpi_comm, fn, reps) / p])
+        return out
+    finally:
+        win.Free()
+        node.Free()
+
+
+def transport_fixed_costs(comm, quick: bool = False) -> tuple[float, float]:
+    """(seconds per round, seconds per call) of the transport with no payload to speak of."""
+    p = comm.size
+    if p == 1:
+        return 0.0, 0.0
+    tiny = np.ones(p, np.float32)
+    out = np.empty(p, np.float32)
+    ctl = comm.mpi_comm
+    reps = 20 if quick else 60
+    t_ar = _concurrent(ctl, lambda: comm.allreduce(tiny, out=out, algorithm="ring"), reps)
+    t_ag = _concurrent(ctl, lambda: comm.allgather(tiny[:1], out=out, algorithm="ring"), reps)
+    per_round = max((t_ar - t_ag) / (p - 1), t_ar / (4 * (p - 1)))  # noise guard: at least a quarter of the mean
+    return per_round, max(t_ar - 2 * (p - 1) * per_round, 0.0)
+
+
 def calibrate(comm, quick: bool = False, log=None) -> dict:
     """Run every measurement (collective over `comm`'s ranks); returns the raw numbers (same on every rank)."""
     from ..transport import executor
@@ -191,12 +282,17 @@ def calibrate(comm, quick: bool = False, log=None) -> dict:
         red = {d: float(np.exp(np.mean(np.log([bw for _, bw in pts])))) for d, pts in red_curve.items()}
         say("transport round cost ...")
         rnd = transport_round_cost(comm, quick=quick)
+        say("shared-memory windows: mirror, land, reduce ...")
+        window = window_exchange(mpi_comm, quick=quick)
+        say("transport fixed costs ...")
+        per_round, per_call = transport_fixed_costs(comm, quick=quick)
     finally:
         mpi_comm.Free()
     return {"ranks": comm.size, "oversubscribed": bool(executor._oversubscribed),
             "pingpong_one_way_s": [[n, t] for n, t in pp], "p2p_latency_s": a, "p2p_bandwidth": B,
             "exchange_s": [[n, t] for n, t in ex], "exchange_latency_s": ex_a, "exchange_bandwidth": ex_B,
-            "memcpy_bandwidth": copy_bw, "reduce_bandwidth": red, "reduce_curve": red_curve, "transport_round_s": rnd}
+            "memcpy_bandwidth": copy_bw, "reduce_bandwidth": red, "reduce_curve": red_curve, "transport_round_s": rnd,
+            "window_s": window, "round_s": per_round, "call_overhead_s": per_call}
 
 
 def topology_from(numbers: dict):
@@ -221,7 +317,8 @@ def calibration_entry(numbers: dict) -> dict:
             "transport_round_s": numbers["transport_round_s"], "exchange_latency_s": numbers["exchange_latency_s"],
             "exchange_s": numbers["exchange_s"], "reduce_curve": numbers["reduce_curve"],
             "p2p_latency_s": numbers["p2p_latency_s"], "p2p_bandwidth": numbers["p2p_bandwidth"],
-            "memcpy_bandwidth": numbers["memcpy_bandwidth"]}
+            "memcpy_bandwidth": numbers["memcpy_bandwidth"], "window_s": numbers["window_s"],
+            "round_s": numbers["round_s"], "call_overhead_s": numbers["call_overhead_s"]}
 
 
 def _interp(points: list, x: float) -> float:
@@ -231,11 +328,34 @@ def _interp(points: list, x: float) -> float:
     return float(np.exp(np.interp(np.log(max(x, 1)), xs, ys)))
 
 
+def window_overrides(calibration: dict, nbytes: int, dtype: str) -> dict:
+    """Topology parameters for an operation of `nbytes` from the shared-memory window curves (see the module
+    docstring): link bandwidth m / (mirror + land), reduce rate m / (reduce - land) for float32 (other dtypes
+    scaled by the kernels' measured throughput ratio), hop latency half the per-round cost."""
+    w = calibration["window_s"]
+    p = calibration["ranks"]
+    m = nbytes / p
+    mirror, land, red = (_interp(w[k], nbytes) for k in ("mirror", "land", "reduce"))
+    bandwidth = m / max(mirror + land, 1e-12)
+    extra = max(red - land, 0.05 * red)  # the reduce's cost beyond the land it replaces (>= 5% of it: noise)
+    curves = calibration.get("reduce_curve", {})
+    base = _interp(curves["float32"], nbytes) if "float32" in curves else None
+    rates = {}
+    for name, c in curves.items():
+        rates[name] = m / (extra * (base / _interp(c, nbytes) if base else 1.0))
+    rates["default"] = rates.get(dtype, m / extra)
+    return {"nvlink_bandwidth": bandwidth, "reduce_bandwidth": rates,
+            "nvlink_latency": calibration.get("round_s", 0.0) / 2 or 1e-9}
+
+
 def sized_overrides(calibration: dict, nbytes: int, dtype: str) -> dict:
     """Topology parameters for an operation of `nbytes` (full buffer) from the calibrated curves: the exchange
     bandwidth and the reduction throughput measured at the same size. On this kind of host both fall by 2-3x
     once the buffers leave the last-level cache; one bandwidth per link cannot say that, so `bench --predict`
-    re-parameterises the topology per size (the simulator itself is unchanged)."""
+    re-parameterises the topology per size (the simulator itself is unchanged). Calibrations with the
+    shared-memory window curves (`window_s`) use those (`window_overrides`); older ones the MPI exchange."""
+    if "window_s" in calibration and calibration.get("ranks", 1) > 1:
+        return window_overrides(calibration, nbytes, dtype)
     a = calibration.get("exchange_latency_s", 0.0)
     pts = [[n, n / max(t - a, 0.5 * t)] for n, t in calibration["exchange_s"] if t > 0]
     out = {"nvlink_bandwidth": _interp(pts, nbytes)}

@@ -131,8 +131,15 @@ class Predictor:
             root = self.root if collective in fmt.ROOTED else None
             res = simulate(algorithm, self.topology_for(nbytes), nbytes, collective=collective, dtype=dtype_name(self.dtype),
                            op="sum" if self.op == "avg" else self.op, root=root, **params)
-            self._cache[key] = float(res.time)
+            self._cache[key] = float(res.time) + self.call_overhead
         return self._cache[key]
+
+    @property
+    def call_overhead(self) -> float:
+        """The transport's measured fixed cost per call (calibrations with window curves), which a schedule's
+        rounds do not include: choosing, looking up the plan, starting and finishing the call."""
+        c = self.calibration or {}
+        return float(c.get("call_overhead_s", 0.0)) if "window_s" in c else 0.0
 
 
     def topology_for(self, nbytes: int):

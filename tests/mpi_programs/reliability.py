@@ -301,4 +301,6 @@ if __name__ == "__main__":
     ap.add_argument("mode", choices=("skip", "mismatch", "bad", "determinism", "kill", "daemon"))
     ap.add_argument("--timeout", type=float, default=2.0)
     a = ap.parse_args()
+    if a.mode != "daemon":  # (daemons do not join this barrier; their handshake has its own bound)
+        WORLD.Barrier()  # every rank is past its imports: the short timeouts measure the library, not a late start
     globals()[f"mode_{a.mode}"](a.timeout)

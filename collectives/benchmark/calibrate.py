@@ -172,18 +172,6 @@ def reduce_throughput(mpi_comm, dtypes=DTYPES, nbytes: int = 64 << 20, quick: bo
     return out
 
 
-def transport_round_cost(comm, quick: bool = False) -> float:
-    """Seconds per round of a schedule on the transport with (almost) no payload: ring allreduce of p floats."""
-    p = comm.size
-    if p == 1:
-        return 0.0
-    x = np.ones(p, np.float32)
-    out = np.empty_like(x)
-    ctl = comm.mpi_comm
-    t = _concurrent(ctl, lambda: comm.allreduce(x, out=out, algorithm="ring"), 20 if quick else 60)
-    return t / (2 * (p - 1))
-
-
 WINDOW_SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 
 
@@ -205,18 +193,19 @@ def _phase(mpi_comm, fn, reps: int) -> float:
 
 def window_exchange(mpi_comm, sizes=WINDOW_SIZES, quick: bool = False) -> dict[str, list]:
     """{"mirror"|"land"|"reduce": [[D, seconds per piece], ...]}: the shared-memory executor's three data
-    movements over pieces of D/p bytes of a D-byte buffer (float32), every rank at once, partners r ^ 1."""
+    movements over pieces of D/p bytes of a D-byte buffer (float32), every rank at once, partners r ^ 1 (ranks
+    numbered on their host)."""
     from mpi4py import MPI
 
     from ..kernels import reduce_into
 
     node = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED)
-    rank, p = mpi_comm.Get_rank(), mpi_comm.Get_size()
+    p, here, on_host = mpi_comm.Get_size(), node.Get_rank(), node.Get_size()
     win = MPI.Win.Allocate_shared(max(sizes), 1, comm=node)
     try:
-        partner = rank ^ 1 if (rank ^ 1) < p else rank
-        mine, _ = win.Shared_query(node.Get_rank())
-        theirs, _ = win.Shared_query(partner % node.Get_size())
+        partner = here ^ 1 if (here ^ 1) < on_host else here  # a partner on this host (windows are per host)
+        mine, _ = win.Shared_query(here)
+        theirs, _ = win.Shared_query(partner)
         out: dict[str, list] = {"mirror": [], "land": [], "reduce": []}
         for D in sizes:
             n = D // 4
@@ -247,11 +236,13 @@ def window_exchange(mpi_comm, sizes=WINDOW_SIZES, quick: bool = False) -> dict[s
         node.Free()
 
 
-def transport_fixed_costs(comm, quick: bool = False) -> tuple[float, float]:
-    """(seconds per round, seconds per call) of the transport with no payload to speak of."""
+def transport_fixed_costs(comm, quick: bool = False) -> dict[str, float]:
+    """The transport with no payload to speak of, in seconds: `transport_round_s` (ring allreduce of p floats
+    / its 2(p-1) rounds: item 4 of the module docstring), `round_s` and `call_overhead_s` (item 6: the same
+    allreduce against a ring allgather of p-1 rounds)."""
     p = comm.size
     if p == 1:
-        return 0.0, 0.0
+        return {"transport_round_s": 0.0, "round_s": 0.0, "call_overhead_s": 0.0}
     tiny = np.ones(p, np.float32)
     out = np.empty(p, np.float32)
     ctl = comm.mpi_comm
@@ -259,7 +250,8 @@ def transport_fixed_costs(comm, quick: bool = False) -> tuple[float, float]:
     t_ar = _concurrent(ctl, lambda: comm.allreduce(tiny, out=out, algorithm="ring"), reps)
     t_ag = _concurrent(ctl, lambda: comm.allgather(tiny[:1], out=out, algorithm="ring"), reps)
     per_round = max((t_ar - t_ag) / (p - 1), t_ar / (4 * (p - 1)))  # noise guard: at least a quarter of the mean
-    return per_round, max(t_ar - 2 * (p - 1) * per_round, 0.0)
+    return {"transport_round_s": t_ar / (2 * (p - 1)), "round_s": per_round,
+            "call_overhead_s": max(t_ar - 2 * (p - 1) * per_round, 0.0)}
 
 
 def calibrate(comm, quick: bool = False, log=None) -> dict:
@@ -280,19 +272,17 @@ def calibrate(comm, quick: bool = False, log=None) -> dict:
         say("reduction kernels ...")
         red_curve = reduce_curve(mpi_comm, quick=quick)
         red = {d: float(np.exp(np.mean(np.log([bw for _, bw in pts])))) for d, pts in red_curve.items()}
-        say("transport round cost ...")
-        rnd = transport_round_cost(comm, quick=quick)
+        say("transport round and call costs ...")
+        fixed = transport_fixed_costs(comm, quick=quick)
         say("shared-memory windows: mirror, land, reduce ...")
         window = window_exchange(mpi_comm, quick=quick)
-        say("transport fixed costs ...")
-        per_round, per_call = transport_fixed_costs(comm, quick=quick)
     finally:
         mpi_comm.Free()
     return {"ranks": comm.size, "oversubscribed": bool(executor._oversubscribed),
             "pingpong_one_way_s": [[n, t] for n, t in pp], "p2p_latency_s": a, "p2p_bandwidth": B,
             "exchange_s": [[n, t] for n, t in ex], "exchange_latency_s": ex_a, "exchange_bandwidth": ex_B,
-            "memcpy_bandwidth": copy_bw, "reduce_bandwidth": red, "reduce_curve": red_curve, "transport_round_s": rnd,
-            "window_s": window, "round_s": per_round, "call_overhead_s": per_call}
+            "memcpy_bandwidth": copy_bw, "reduce_bandwidth": red, "reduce_curve": red_curve, "window_s": window,
+            **fixed}
 
 
 def topology_from(numbers: dict):

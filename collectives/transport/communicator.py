@@ -559,7 +559,9 @@ class Communicator:
         if wide:
             work, finish = self._widened_buffers(collective, x, out, op, root)
         else:
-            lazy = choice.algorithm not in ("copy", "native") and p > 1 and not self.daemons
+            # native reduce_scatter sends x itself (_native_post): its work buffer only receives the block
+            lazy = p > 1 and ((choice.algorithm not in ("copy", "native") and not self.daemons)
+                              or (choice.algorithm == "native" and collective == "reduce_scatter"))
             work, finish, source = self._buffers(collective, x, out, op, root, lazy=lazy)
         seq = self._next_seq()
         self._stats["calls"] += 1

@@ -107,6 +107,8 @@ def test_calibrate_then_predict_and_osu(tmp_path):
     cal = json.loads((tmp_path / "cal.json").read_text())["calibration"]
     assert {"mirror", "land", "reduce"} <= set(cal["window_s"]) and cal["round_s"] > 0
     assert all(t > 0 for curve in cal["window_s"].values() for _, t in curve)
+    assert cal["ranks_per_host"] == 2 and cal["cores"] >= 1  # the shared-core bound's inputs
+    assert "2 per host on" in proc.stdout
     from collectives.simulate import simulate
     from collectives.topology import load
 

@@ -21,7 +21,9 @@ share cores in calibration exactly as they will in `collectives bench`):
    start to the last rank's end (one clock on one host): with more ranks than cores, ranks sharing a core
    serialise, and that time shows it;
 6. the transport's fixed costs with no payload: ring allreduce (2(p-1) rounds) and ring allgather (p-1 rounds)
-   of tiny arrays give the cost per round (difference / (p-1)) and per call (2 x allgather - allreduce).
+   of tiny arrays give the cost per round (difference / (p-1)) and per call (2 x allgather - allreduce);
+7. the host's cores (the union of its ranks' CPU affinities) and ranks per host: with more ranks than cores,
+   `bench --predict` prices schedules that idle ranks by processor time as well (benchmark/cores.py).
 
 The topology is `preset("loopback", ranks=p)` with nvlink_bandwidth = B, nvlink_latency = per-round / 2 and
 reduce_bandwidth = {dtype: measured, "default": float32's}; `calibration` in the JSON keeps the raw numbers.
@@ -254,6 +256,27 @@ def transport_fixed_costs(comm, quick: bool = False) -> dict[str, float]:
             "call_overhead_s": max(t_ar - 2 * (p - 1) * per_round, 0.0)}
 
 
+def host_cores(mpi_comm) -> dict[str, int]:
+    """{"cores": CPUs the ranks of rank 0's host may run on (the union of their affinities), "ranks_per_host": the
+    most ranks on one host}: with more ranks than cores they share cores (benchmark/cores.py)."""
+    import os
+
+    from mpi4py import MPI
+
+    try:
+        mine = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        mine = list(range(os.cpu_count() or 1))
+    node = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        cpus = set().union(*node.allgather(mine))
+        per_host = mpi_comm.allreduce(node.Get_size(), op=MPI.MAX)
+        cores = mpi_comm.bcast(len(cpus), root=0)
+    finally:
+        node.Free()
+    return {"cores": int(cores), "ranks_per_host": int(per_host)}
+
+
 def calibrate(comm, quick: bool = False, log=None) -> dict:
     """Run every measurement (collective over `comm`'s ranks); returns the raw numbers (same on every rank)."""
     from ..transport import executor
@@ -278,7 +301,7 @@ def calibrate(comm, quick: bool = False, log=None) -> dict:
         window = window_exchange(mpi_comm, quick=quick)
     finally:
         mpi_comm.Free()
-    return {"ranks": comm.size, "oversubscribed": bool(executor._oversubscribed),
+    return {"ranks": comm.size, "oversubscribed": bool(executor._oversubscribed), **host_cores(comm.mpi_comm),
             "pingpong_one_way_s": [[n, t] for n, t in pp], "p2p_latency_s": a, "p2p_bandwidth": B,
             "exchange_s": [[n, t] for n, t in ex], "exchange_latency_s": ex_a, "exchange_bandwidth": ex_B,
             "memcpy_bandwidth": copy_bw, "reduce_bandwidth": red, "reduce_curve": red_curve, "window_s": window,
@@ -308,7 +331,8 @@ def calibration_entry(numbers: dict) -> dict:
             "exchange_s": numbers["exchange_s"], "reduce_curve": numbers["reduce_curve"],
             "p2p_latency_s": numbers["p2p_latency_s"], "p2p_bandwidth": numbers["p2p_bandwidth"],
             "memcpy_bandwidth": numbers["memcpy_bandwidth"], "window_s": numbers["window_s"],
-            "round_s": numbers["round_s"], "call_overhead_s": numbers["call_overhead_s"]}
+            "round_s": numbers["round_s"], "call_overhead_s": numbers["call_overhead_s"],
+            **{k: numbers[k] for k in ("cores", "ranks_per_host") if k in numbers}}
 
 
 def _interp(points: list, x: float) -> float:

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..registry import parse_param_value
 from . import format as fmt
+from .cores import core_share, shared_core_time
 from .data import Pattern, count_wrong
 
 
@@ -129,10 +130,39 @@ class Predictor:
         key = (collective, algorithm, tuple(sorted(params.items())), nbytes)
         if key not in self._cache:
             root = self.root if collective in fmt.ROOTED else None
-            res = simulate(algorithm, self.topology_for(nbytes), nbytes, collective=collective, dtype=dtype_name(self.dtype),
-                           op="sum" if self.op == "avg" else self.op, root=root, **params)
-            self._cache[key] = float(res.time) + self.call_overhead
+            kw = dict(collective=collective, dtype=dtype_name(self.dtype), op="sum" if self.op == "avg" else self.op,
+                      root=root, **params)
+            topo = self.topology_for(nbytes)
+            share = core_share(self.calibration)
+            if share > 1 and self._is_loopback(topo):
+                seconds = self._shared_cores(algorithm, topo, nbytes, share, kw)
+            else:
+                seconds = float(simulate(algorithm, topo, nbytes, **kw).time)
+            self._cache[key] = seconds + self.call_overhead
         return self._cache[key]
+
+    @staticmethod
+    def _is_loopback(topology) -> bool:
+        """One NVLink domain and nothing else: the shape `collectives calibrate` writes for this host."""
+        spec = getattr(topology, "spec", None)
+        return spec is not None and spec.domains == 1
+
+    def _shared_cores(self, algorithm: str, topology, nbytes: int, share: float, kw: dict) -> float:
+        """More ranks than cores on the calibrated host: see benchmark/cores.py."""
+        from ..simulate import simulate
+        from ..simulate.api import build_schedule, count_for
+        from ..simulate.model import itemsize
+        from ..topology import from_dict
+
+        size = itemsize(kw["dtype"])
+        params = {k: v for k, v in kw.items() if k not in ("collective", "dtype", "op", "root")}
+        schedule = build_schedule(algorithm, topology, kw["collective"],
+                                  count_for(kw["collective"], nbytes, topology.world_size, size), kw["dtype"],
+                                  kw["op"], kw["root"], **params)
+        return shared_core_time(lambda d: float(simulate(algorithm, from_dict(d), nbytes, **kw).time),
+                                topology.to_dict(), schedule, world_size=topology.world_size, itemsize=size,
+                                reduce_rate=float(topology.reduce_throughput(kw["dtype"])), share=share,
+                                cores=int(self.calibration["cores"]))
 
     @property
     def call_overhead(self) -> float:

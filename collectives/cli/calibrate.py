@@ -63,7 +63,8 @@ def run(args) -> int:
 
 def _report(numbers: dict, topo, written: list[str]) -> None:
     p = numbers["ranks"]
-    print(f"# collectives calibrate: {p} ranks{' (more ranks than cores)' if numbers['oversubscribed'] else ''}")
+    print(f"# collectives calibrate: {p} ranks, {numbers['ranks_per_host']} per host on {numbers['cores']} cores"
+          f"{' (more ranks than cores)' if numbers['oversubscribed'] else ''}")
     print("# point-to-point ping-pong (one way, all pairs at once)")
     print(f"# {'size (B)':>12}  {'time (us)':>10}  {'GB/s':>8}")
     for n, t in numbers["pingpong_one_way_s"]:

@@ -1,0 +1,34 @@
+"""bench/fidelity.py's table: medians over runs, each run paired with its own prediction."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+spec = importlib.util.spec_from_file_location("fidelity", Path(__file__).parents[1] / "bench" / "fidelity.py")
+fidelity = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(fidelity)
+
+
+def _run(rows):
+    return {"measurements": [{"algorithm": a, "size": s, "in_place": ip, "time_us": t, "predicted_us": p}
+                             for a, s, ip, t, p in rows]}
+
+
+def test_medians_over_runs_decide_and_each_run_is_counted_against_its_own_prediction():
+    runs = [_run([("ring", 1 << 20, True, 100.0, 110.0), ("ring", 1 << 20, False, 999.0, 110.0),
+                  ("native", 1 << 20, True, 50.0, None), ("dbt", 1 << 20, True, 300.0, 100.0)]),
+            _run([("ring", 1 << 20, True, 200.0, 150.0), ("dbt", 1 << 20, True, 100.0, 100.0)]),
+            _run([("ring", 1 << 20, True, 120.0, 120.0), ("dbt", 1 << 20, True, 110.0, 100.0)])]
+    lines, ok, total = fidelity.table(2, runs)
+    assert total == 2  # native and out-of-place rows are not predictions of the schedule
+    # ring: median measured 120, median predicted 120 -> 0%; dbt: 110 vs 100 -> -9%
+    assert ok == 2
+    assert any(line.startswith("| 1 MiB | ring | 100/110, 200/150, 120/120 | 120 | 120 | +0% | yes |") for line in lines)
+    # per run: run 0 dbt is -67% off, run 1 ring -25% (inside), run 2 both inside
+    assert lines[-1].endswith("each run against its own prediction: 1 of 2, 2 of 2, 2 of 2")
+
+
+def test_a_median_outside_the_tolerance_is_a_miss():
+    lines, ok, total = fidelity.table(4, [_run([("ring", 64 << 10, True, 100.0, 140.0)])])
+    assert (ok, total) == (0, 1) and "| 64 KiB | ring | 100/140 | 100 | 140 | +40% | no |" in lines

@@ -191,3 +191,19 @@ def test_window_calibration_prices_a_round_as_the_shared_memory_executor_runs_it
     path.write_text(json.dumps(data))
     predicted = Predictor(str(path), 2, np.dtype(np.float32), "sum", 0).predict("allreduce", "ring", {}, 1 << 20)
     assert predicted == pytest.approx(per_call + 2 * per_round + 2 * mirror + land + reduce, rel=0.01)
+
+
+def test_window_phases_time_each_rep_after_an_untimed_prepare():
+    """calibrate's window phases re-create the executor's cache state before every timed rep (the peer's
+    mirror before a land, its land before a mirror): `prepare` runs once per rep and is not in the time."""
+    import time
+
+    from mpi4py import MPI
+
+    from collectives.benchmark.calibrate import _phase
+
+    calls = []
+    seconds = _phase(MPI.COMM_SELF, lambda: calls.append("fn"), 4, prepare=lambda: (calls.append("prep"),
+                                                                                    time.sleep(0.02)))
+    assert calls == ["fn"] + ["prep", "fn"] * 4
+    assert seconds < 0.01

@@ -19,7 +19,9 @@ share cores in calibration exactly as they will in `collectives bench`):
    m = D/p bytes, the time per piece to *mirror* (private -> own window), to *land* (peer's window -> private)
    and to *reduce* (private += peer's window, the kernels), every rank at once, timed from the first rank's
    start to the last rank's end (one clock on one host): with more ranks than cores, ranks sharing a core
-   serialise, and that time shows it;
+   serialise, and that time shows it. Before each timed rep the peer re-creates the cache state a call
+   leaves (it mirrors before a land or reduce, lands before a mirror), so a rep pays for fetching lines its
+   peer has just written, as the executor does, rather than re-reading a stale local copy;
 6. the transport's fixed costs with no payload: ring allreduce (2(p-1) rounds) and ring allgather (p-1 rounds)
    of tiny arrays give the cost per round (difference / (p-1)) and per call (2 x allgather - allreduce);
 7. the host's cores (the union of its ranks' CPU affinities) and ranks per host: with more ranks than cores,
@@ -177,13 +179,16 @@ def reduce_throughput(mpi_comm, dtypes=DTYPES, nbytes: int = 64 << 20, quick: bo
 WINDOW_SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 
 
-def _phase(mpi_comm, fn, reps: int) -> float:
-    """Median over reps of (last rank's end - first rank's start) of fn() run by every rank at once."""
+def _phase(mpi_comm, fn, reps: int, prepare=None) -> float:
+    """Median over reps of (last rank's end - first rank's start) of fn() run by every rank at once; `prepare()`
+    runs untimed on every rank before each rep (and the barrier after it)."""
     from mpi4py import MPI
 
     fn()
     spans = []
     for _ in range(reps):
+        if prepare is not None:
+            prepare()
         mpi_comm.Barrier()
         t0 = time.perf_counter()
         fn()
@@ -230,8 +235,13 @@ def window_exchange(mpi_comm, sizes=WINDOW_SIZES, quick: bool = False) -> dict[s
                     reduce_into(x[s], [x[s], peer[s]], "sum")
 
             reps = max(3, _reps(D, quick) // 2)
-            for name, fn in (("mirror", mirror), ("land", land), ("reduce", red)):
-                out[name].append([D, _phase(mpi_comm, fn, reps) / p])
+            # Each rep starts from the cache state a call of the executor leaves: a rank lands or reduces what
+            # its peer has just mirrored (the lines sit dirty in the peer's cache, or across the socket's
+            # fabric when the two cores do not share an L3), and mirrors over lines its peer has just read.
+            # Without it, reps after the first read a stale local copy (measured: 4 MiB at p = 2 priced at
+            # ~300 us while the executor took 600-700 us on cores without a shared L3).
+            for name, fn, prepare in (("mirror", mirror, land), ("land", land, mirror), ("reduce", red, mirror)):
+                out[name].append([D, _phase(mpi_comm, fn, reps, prepare) / p])
         return out
     finally:
         win.Free()

@@ -82,3 +82,21 @@ def test_predictor_applies_the_bound_only_when_the_calibration_counts_fewer_core
     plain = predict({})
     assert predict({"cores": 4, "ranks_per_host": 4}) == pytest.approx(plain)
     assert predict({"cores": 2, "ranks_per_host": 4}) < 0.75 * plain
+
+
+def test_a_calibration_without_sharing_still_charges_a_larger_run_to_the_cores(tmp_path):
+    """Calibrated with 2 ranks on 2 cores (share 1), predicting 4 ranks: the rates are full-core rates, and the
+    4 ranks' work has 2 cores, so ring costs about its processor time, not the plain simulation."""
+    sizes = [64 << 10, 64 << 20]
+    path = tmp_path / "cal.json"
+    save(preset("loopback", ranks=2), path)
+    data = json.loads(path.read_text())
+    data["calibration"] = {"ranks": 2, "cores": 2, "ranks_per_host": 2, "round_s": 1e-5, "call_overhead_s": 0.0,
+                           "window_s": {k: [[s, 1e-4] for s in sizes] for k in ("mirror", "land", "reduce")},
+                           "exchange_s": [[s, 1e-3] for s in sizes], "reduce_curve": {"float32": [[s, 1e10] for s in sizes]}}
+    path.write_text(json.dumps(data))
+    pred = Predictor(str(path), 4, np.dtype(np.float32), "sum", 0)
+    nbytes = 16 << 20
+    plain = simulate("ring", pred.topology_for(nbytes), nbytes).time
+    assert pred.predict("allreduce", "ring", {}, nbytes) > 1.5 * plain
+

@@ -15,7 +15,9 @@ With share = ranks per core (> 1), the prediction is the larger of two bounds:
   at the full-speed copy rate, and its reduced bytes at the full-speed reduction rate, summed, / cores.
 
 A schedule that keeps every rank busy has processor time = the plain simulation, so ring and Rabenseifner are
-priced as before; one that idles ranks is priced by whichever resource runs out first.
+priced as before; one that idles ranks is priced by whichever resource runs out first. The same two bounds
+serve a run with more ranks than the calibration had (share 1, but ranks > cores in the run): the processor
+time bound then charges the extra ranks to the cores they share.
 """
 
 from __future__ import annotations

@@ -134,7 +134,9 @@ class Predictor:
                       root=root, **params)
             topo = self.topology_for(nbytes)
             share = core_share(self.calibration)
-            if share > 1 and self._is_loopback(topo):
+            cores = (self.calibration or {}).get("cores")
+            # ranks share cores in the calibration (its rates are shared-core rates) or in this run
+            if cores and (share > 1 or topo.world_size > cores) and self._is_loopback(topo):
                 seconds = self._shared_cores(algorithm, topo, nbytes, share, kw)
             else:
                 seconds = float(simulate(algorithm, topo, nbytes, **kw).time)

@@ -37,6 +37,7 @@ transfer + reduce = mirror + reduce); and it adds the per-call cost to the simul
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
@@ -269,8 +270,6 @@ def transport_fixed_costs(comm, quick: bool = False) -> dict[str, float]:
 def host_cores(mpi_comm) -> dict[str, int]:
     """{"cores": CPUs the ranks of rank 0's host may run on (the union of their affinities), "ranks_per_host": the
     most ranks on one host}: with more ranks than cores they share cores (benchmark/cores.py)."""
-    import os
-
     from mpi4py import MPI
 
     try:

@@ -137,7 +137,7 @@ class Predictor:
             cores = (self.calibration or {}).get("cores")
             # ranks share cores in the calibration (its rates are shared-core rates) or in this run
             if cores and (share > 1 or topo.world_size > cores) and self._is_loopback(topo):
-                seconds = self._shared_cores(algorithm, topo, nbytes, share, kw)
+                seconds = self._shared_cores(algorithm, topo, nbytes, share, kw, params)
             else:
                 seconds = float(simulate(algorithm, topo, nbytes, **kw).time)
             self._cache[key] = seconds + self.call_overhead
@@ -149,7 +149,7 @@ class Predictor:
         spec = getattr(topology, "spec", None)
         return spec is not None and spec.domains == 1
 
-    def _shared_cores(self, algorithm: str, topology, nbytes: int, share: float, kw: dict) -> float:
+    def _shared_cores(self, algorithm: str, topology, nbytes: int, share: float, kw: dict, params: dict) -> float:
         """More ranks than cores on the calibrated host: see benchmark/cores.py."""
         from ..simulate import simulate
         from ..simulate.api import build_schedule, count_for
@@ -157,7 +157,6 @@ class Predictor:
         from ..topology import from_dict
 
         size = itemsize(kw["dtype"])
-        params = {k: v for k, v in kw.items() if k not in ("collective", "dtype", "op", "root")}
         schedule = build_schedule(algorithm, topology, kw["collective"],
                                   count_for(kw["collective"], nbytes, topology.world_size, size), kw["dtype"],
                                   kw["op"], kw["root"], **params)

@@ -13,6 +13,7 @@ from . import (  # noqa: F401  (registers)
     double_binary_tree,
     hierarchical,
     nvls,
+    one_shot,
     rabenseifner,
     recursive_doubling,
     ring,

@@ -1,4 +1,5 @@
-"""cffi build script (API mode, out of line) for the C reduction kernels: collectives._ckernels.
+"""cffi build script (API mode, out of line) for the C reduction kernels and the shared-memory plan runner
+(csrc/plan.c): collectives._ckernels.
 
 setup.py names ``csrc/build_kernels.py:ffibuilder``; running this file directly builds the
 extension in place (``python csrc/build_kernels.py``) for quick iteration.
@@ -15,11 +16,17 @@ from cffi import FFI
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _cdef_from_header() -> str:
-    with open(os.path.join(HERE, "reduce.h"), encoding="utf-8") as f:
-        text = f.read()
-    start = text.index("/* CDEF-BEGIN */") + len("/* CDEF-BEGIN */")
-    return text[start : text.index("/* CDEF-END */")]
+HEADERS = ("reduce.h", "plan.h")
+
+
+def _cdef_from_headers() -> str:
+    parts = []
+    for name in HEADERS:
+        with open(os.path.join(HERE, name), encoding="utf-8") as f:
+            text = f.read()
+        start = text.index("/* CDEF-BEGIN */") + len("/* CDEF-BEGIN */")
+        parts.append(text[start : text.index("/* CDEF-END */")])
+    return "\n".join(parts)
 
 
 def _compile_args() -> list[str]:
@@ -29,12 +36,12 @@ def _compile_args() -> list[str]:
 
 
 ffibuilder = FFI()
-ffibuilder.cdef(_cdef_from_header())
+ffibuilder.cdef(_cdef_from_headers())
 ffibuilder.set_source(
     "collectives._ckernels",
-    '#include "reduce.h"',
+    '#include "reduce.h"\n#include "plan.h"',
     # Paths relative to the project root: setuptools wants relative source paths and runs there.
-    sources=["csrc/reduce.c"],
+    sources=["csrc/reduce.c", "csrc/plan.c"],
     include_dirs=["csrc"],
     extra_compile_args=_compile_args(),
 )

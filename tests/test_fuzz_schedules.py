@@ -18,8 +18,9 @@ FLAT = {
     "rabenseifner": ("allreduce", "reduce_scatter"),
     "recursive_doubling": ("allreduce", "allgather"),
     "direct": ("allreduce", "reduce_scatter", "reduce"),
+    "one_shot": ("allreduce",),
 }
-CHUNKED = {"ring", "binomial", "chain", "double_binary_tree", "direct"}
+CHUNKED = {"ring", "binomial", "chain", "double_binary_tree", "direct", "one_shot"}
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 

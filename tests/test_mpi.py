@@ -59,6 +59,16 @@ def test_every_algorithm_and_collective(world_size):
         assert result["star_switch_bytes_on_rank0"] > 0  # leader emulation: rank 0 hosts a switch node
 
 
+@pytest.mark.parametrize("world_size", [3, 4])
+def test_python_shared_memory_executor(world_size, monkeypatch):
+    """COLLECTIVES_SHM_C=0: the shared-memory executor's Python path (used where the C plan runner cannot
+    serve) still gives MPI's results for every algorithm and collective."""
+    monkeypatch.setenv("COLLECTIVES_SHM_C", "0")
+    result = launch(app(world_size, "--counts", "1", "50"))
+    assert result["failures"] == 0, result["messages"]
+    assert result["cases"] > 200
+
+
 @pytest.mark.parametrize("world_size,num_daemons", [(3, 2), (5, 1), (4, 3)])
 def test_switch_daemons(world_size, num_daemons):
     result = launch(app(world_size, "--only", "star", "ring", "native"), daemons(num_daemons))
@@ -78,14 +88,20 @@ def test_bad_calls_and_timeouts():
     result = json.loads(lines[-1][len("RESULT "):])
     assert result["failures"] == 0, result["messages"]
     assert "awaiting rank 1" in result["timeout_message"]
+    assert "awaiting rank 1" in result["runner_timeout_message"]
 
 
-@pytest.mark.parametrize("world_size,persistent", [(2, "1"), (3, "1"), (2, "0")])
-def test_small_message_shortcut_matches_mpi(world_size, persistent, monkeypatch):
-    """auto's small allreduces (check off: persistent requests, or Iallreduce with COLLECTIVES_PERSISTENT=0)
-    give MPI's own results bitwise for every native dtype and op, and bad calls still raise the library's errors."""
+@pytest.mark.parametrize("world_size,persistent,runner", [(2, "1", "0"), (3, "1", "0"), (2, "0", "0"),
+                                                          (2, "1", "1"), (3, "1", "1")])
+def test_small_message_shortcut_matches_mpi(world_size, persistent, runner, monkeypatch):
+    """auto's shortcuts (check off: the shared-memory plan runner; without it persistent requests, or Iallreduce
+    with COLLECTIVES_PERSISTENT=0) give MPI's own results bitwise for every native dtype and op, and bad calls
+    still raise the library's errors."""
     monkeypatch.setenv("COLLECTIVES_PERSISTENT", persistent)
+    monkeypatch.setenv("COLLECTIVES_SHM_C", runner)
     result = launch(["-n", str(world_size), sys.executable, str(PROGRAMS / "check_small.py")])
     assert result["failures"] == 0, result["messages"]
     assert result["cases"] > 500
-    assert (result["cached"] > 0) == (persistent == "1")
+    assert result["runner"] == (runner == "1")
+    if runner == "0":
+        assert (result["cached"] > 0) == (persistent == "1")

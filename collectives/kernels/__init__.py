@@ -71,8 +71,8 @@ from ._dtypes import (
 )
 from ._parallel import get_threads, run_split, set_threads
 
-__all__ = ["SUPPORTED_DTYPES", "SUPPORTED_OPS", "backend_info", "get_threads", "reduce_into", "round_into",
-           "set_threads"]
+__all__ = ["SUPPORTED_DTYPES", "SUPPORTED_OPS", "backend_info", "c_kernel", "get_threads", "reduce_into",
+           "round_into", "set_threads"]
 
 BACKENDS = ("c", "numba", "numpy")
 # Backend per dtype when the C extension is loaded, chosen by measurement (see the module docstring).
@@ -221,6 +221,20 @@ def reduce_into(out: np.ndarray, inputs: Sequence[np.ndarray], op: str = "sum") 
         reduce_half = _backend(half, mixed).reduce_half
         run_split(lambda o, xs: reduce_half(o, xs, op, half), out_flat, flat)
     return out
+
+
+def c_kernel(dtype: np.dtype) -> tuple[int, int] | None:
+    """(kind, code) of the C kernel `reduce_into` calls for same-dtype inputs of `dtype`: kind 0 is
+    `coll_reduce` with dtype code `code`, kind 1 `coll_reduce_half` with half code `code`. None when another
+    backend serves the dtype (C extension missing, or a backend forced), so callers that run the C kernels
+    themselves (the shared-memory plan runner) give the same bits as `reduce_into` would."""
+    dtype = np.dtype(dtype)
+    if _c is None or (_forced or PREFERRED.get(dtype)) != "c":
+        return None
+    if dtype in HALF_CODES:
+        return 1, HALF_CODES[dtype]
+    code = NATIVE_CODES.get(dtype)
+    return None if code is None else (0, code)
 
 
 def round_into(out: np.ndarray, src: np.ndarray) -> np.ndarray:

@@ -29,6 +29,10 @@ NATIVE_BELOW_OVERSUBSCRIBED = int(os.environ.get("COLLECTIVES_NATIVE_BELOW_OVERS
 # Over shared memory (all ranks on one host): see docs/performance-mpi.md for the crossover measurements.
 NATIVE_BELOW_SHM = int(os.environ.get("COLLECTIVES_NATIVE_BELOW_SHM", 512 << 10))
 NATIVE_BELOW_SHM_OVERSUBSCRIBED = int(os.environ.get("COLLECTIVES_NATIVE_BELOW_SHM_OVERSUBSCRIBED", 1 << 20))
+# Allreduce over shared memory when the plan runner serves it (shm_program.py: the call's rounds run in C, no
+# Python between rounds): one_shot (one synchronisation) below this, then the large-message table; MPI's own
+# Allreduce is not used at any size (measured slower from 8 B up, docs/performance-mpi.md).
+SHM_ONE_SHOT_BELOW = int(os.environ.get("COLLECTIVES_ONE_SHOT_BELOW", 128 << 10))
 
 
 def shared_memory(world_size: int | None = None) -> bool:
@@ -39,6 +43,14 @@ def shared_memory(world_size: int | None = None) -> bool:
     if not shm.enabled() or executor._host_ranks < 2:
         return False
     return world_size is None or world_size <= executor._host_ranks
+
+
+def runner_allreduce(world_size: int) -> bool:
+    """Do allreduces of a communicator of `world_size` ranks run in the shared-memory plan runner (all ranks on
+    this host, shared memory and the runner enabled, C extension loaded)?"""
+    from . import shm_program
+
+    return shared_memory(world_size) and shm_program.enabled()
 
 
 def native_below(oversubscribed: bool, shared: bool | None = None) -> int:
@@ -117,6 +129,16 @@ def choose(collective: str, nbytes: int, dtype: np.dtype, world_size: int, avail
     where = "shared memory" if shared else "point-to-point messages"
     host = (f"{'more ranks than cores, ' if oversubscribed else ''}"
             f"{'all ranks on one host' if shared else 'ranks on several hosts'}")
+    if collective == "allreduce" and shared and runner_allreduce(world_size):
+        if nbytes < SHM_ONE_SHOT_BELOW and "one_shot" in available:
+            return Choice("one_shot", {}, f"one_shot over shared memory: one synchronisation, run in C, beats MPI's "
+                                          f"own Allreduce below {_kib(SHM_ONE_SHOT_BELOW)} per rank ({host}; "
+                                          "measured, docs/performance-mpi.md; COLLECTIVES_ONE_SHOT_BELOW); this "
+                                          f"call: {nbytes} B")
+        small = False  # the runner's schedules beat MPI's Allreduce at every size here
+        why = f"{nbytes} B >= {_kib(SHM_ONE_SHOT_BELOW)} ({host}; the runner's schedules beat MPI's own at every size)"
+    else:
+        why = "bfloat16 is not reducible by MPI" if small else f"{nbytes} B >= {_kib(limit)} ({host})"
     if small and native_supports(dtype):
         knob = "COLLECTIVES_NATIVE_BELOW" + ("_SHM" if shared else "") + ("_OVERSUBSCRIBED" if oversubscribed else "")
         return Choice("native", {}, f"native: MPI's own {collective} is faster below {_kib(limit)} per rank "
@@ -127,7 +149,6 @@ def choose(collective: str, nbytes: int, dtype: np.dtype, world_size: int, avail
             chunks = shm_chunks(nbytes, world_size)
             params = {"chunks": chunks} if chunks > 1 else {}
         if name in available:
-            why = "bfloat16 is not reducible by MPI" if small else f"{nbytes} B >= {_kib(limit)} ({host})"
             return Choice(name, dict(params), f"{why}: {name} {params} over {where} (measured fastest here, "
                                               "docs/performance-mpi.md)")
     fallback = sorted(available)[0]

@@ -29,8 +29,10 @@ from ..reduction import check_op, finalize
 from ..schedule.collective import REDUCING, ROOTED
 from . import daemon as _daemon
 from . import executor as _executor
+from . import shm as _shm
+from . import shm_program
 from .agreement import Agreement, CallMeta, ResultCheck, check_mode
-from .choice import Choice, choose, native_below, native_supports
+from .choice import Choice, choose, native_below, native_supports, runner_allreduce
 from .domains import find_domains, topology_for
 from .errors import CollectiveTimeoutError, CommunicatorClosedError
 from .executor import Execution, ProcPlan, wait_until
@@ -226,6 +228,18 @@ class _ScheduleTask(_Task):
         return rnd, index, peers, self.run.last_completed if self.run else None
 
 
+class _RunnerEntry:
+    """The runner shortcut's state for one (count, dtype, op, lazy): the runner, the arena it points into, what
+    auto chose, and the bytes one call sends/receives (stats are counted per entry: calls x bytes)."""
+
+    __slots__ = ("runner", "arena", "choice", "sent", "received", "calls")
+
+    def __init__(self, runner: shm_program.Runner, arena: _shm.Arena, choice: Choice, sent: int,
+                 received: int) -> None:
+        self.runner, self.arena, self.choice, self.sent, self.received = runner, arena, choice, sent, received
+        self.calls = 0
+
+
 class Communicator:
     """Collectives over an MPI communicator (duplicated: the library's messages never meet the user's).
 
@@ -272,7 +286,8 @@ class Communicator:
         self.last_choice: Choice | None = None
         self._stats = self._zero_stats()
         self._fast_calls = 0  # calls of the small-message shortcut (counted apart: it is the hot path)
-        self._fast_below = self._agree_fast_below()
+        self._fast_below, self._runner_fast = self._agree_fast_below()
+        self._runners: dict[tuple, tuple] = {}  # the runner shortcut's runners per (count, dtype, op, lazy)
         self._fast_ready = self._check == "off"  # the inline shortcut: no agreement; False once closed/failed
         # persistent requests of tiny allreduces, oldest first (MPI-4; COLLECTIVES_PERSISTENT=0 turns them off)
         self._persistent: dict[tuple, tuple[np.ndarray, MPI.Prequest]] = {}
@@ -323,20 +338,31 @@ class Communicator:
         stats = dict(self._stats)
         stats["calls"] += self._fast_calls
         stats["native_calls"] += self._fast_calls
+        for entry in self._runners.values():  # the runner shortcut counts per entry (it is the hot path)
+            stats["calls"] += entry.calls
+            stats["bytes_sent"] += entry.calls * entry.sent
+            stats["bytes_received"] += entry.calls * entry.received
         return stats
 
     def reset_stats(self) -> None:
         self._stats = self._zero_stats()
         self._fast_calls = 0
+        for entry in self._runners.values():
+            entry.calls = 0
 
-    def _agree_fast_below(self) -> int:
-        """Bytes below which auto allreduce takes the small-message shortcut, the same on every rank: the
-        smallest of the ranks' native thresholds (hosts may differ in ranks per core), 0 when the
-        communicator's settings (deterministic, float32 accumulation) or a world of one rule it out."""
-        local = native_below(_executor._oversubscribed)
+    def _agree_fast_below(self) -> tuple[int, bool]:
+        """auto allreduce's shortcuts, the same on every rank: (bytes below which MPI's own collective is
+        called directly: the smallest of the ranks' native thresholds, as hosts may differ in ranks per core;
+        whether every call goes straight to the shared-memory plan runner, which makes MPI's own collective
+        unnecessary at any size). Both off when the communicator's settings (deterministic, float32
+        accumulation) or a world of one rule the shortcuts out."""
+        runner = runner_allreduce(self.size)
+        native = 0 if runner else native_below(_executor._oversubscribed)
         if self.size == 1 or self.deterministic or self.accumulate not in (None, "input"):
-            local = 0
-        return int(self._comm.allreduce(local, op=MPI.MIN))
+            native, runner = 0, False
+        agreed = np.empty(2, np.int64)
+        self._comm.Allreduce(np.array([native, int(runner)], np.int64), agreed, op=MPI.MIN)
+        return int(agreed[0]), bool(agreed[1])
 
     # -- the collectives ------------------------------------------------------------------------------
     def allreduce(self, x, out=None, op: str = "sum", algorithm: str = "auto", *, async_op: bool = False,
@@ -349,6 +375,13 @@ class Communicator:
         """
         if timeout is not None:
             timeout = check_timeout(timeout)
+        # All ranks on this host: the schedule auto picks runs in C (shm_program.py), the same call the general
+        # path makes, without the queue and the per-call Python around it.
+        if self._runner_fast and type(x) is np.ndarray and self._fast_ready and algorithm == "auto" \
+                and not async_op and not self._queue and deterministic is None and accumulate is None and not params:
+            fast = self._runner_allreduce(x, out, op, timeout)
+            if fast is not None:
+                return fast
         # The small-message shortcut (`_fast_below` is 0 when the communicator's settings rule it out); the
         # conditions are ordered cheapest first: this line is most of a tiny call's Python cost.
         if type(x) is np.ndarray and x.nbytes < self._fast_below and algorithm == "auto" and not async_op \
@@ -366,6 +399,81 @@ class Communicator:
                 return fast
         return self._call("allreduce", x, out, op, None, algorithm, async_op, timeout, params, deterministic,
                           accumulate)
+
+    def _runner_allreduce(self, x: np.ndarray, out, op: str, timeout: float | None):
+        """auto's allreduce over shared memory with nothing but the plan runner in the way: a cached runner per
+        (count, dtype, op, in place or not) for the schedule `choose` picks, pointed at x and out, run to the
+        end in C. Returns None (take the general path, which runs the same schedule) unless every condition
+        holds: contiguous arrays of a dtype the C kernels reduce single-threaded, out a fresh array, x itself
+        or an exact match of x, and the shared-memory arena already created and large enough (its creation and
+        growth are collective: the general path does them, and every rank sees the same arena state, so every
+        rank takes the same path)."""
+        if out is None:
+            lazy = True
+        elif out is x:
+            lazy = False
+        elif type(out) is not np.ndarray or out.dtype != x.dtype or out.shape != x.shape or out.base is not None \
+                or x.base is not None or not out.flags.writeable or not out.flags.c_contiguous:
+            return None  # the general path checks views for overlap and raises the precise errors
+        else:
+            lazy = True
+        if not x.flags.c_contiguous or (out is x and not x.flags.writeable):
+            return None
+        key = (x.size, x.dtype, op, lazy)
+        entry = self._runners.get(key)
+        if entry is None or entry.runner.windows is not entry.arena.views:
+            entry = self._runner_entry(key)
+            if entry is None:
+                return None
+        if out is None:
+            out = np.empty_like(x)
+        self._seq += 1
+        entry.calls += 1
+        self.last_choice = entry.choice
+        runner = entry.runner
+        if not runner.run(out, x if lazy else None, _shm.NATIVE_POLLS, _executor._oversubscribed):
+            # a late peer: the bounded wait with the full timeout report
+            execution = _shm.RunnerExecution(runner)
+            task = _ScheduleTask(self._seq, "allreduce", entry.choice, lambda: out, lambda: execution, None)
+            task.start()
+            self._queue.append(task)
+            self._wait_for(task, timeout)
+        return out
+
+    def _runner_entry(self, key: tuple) -> _RunnerEntry | None:
+        """The runner shortcut's cache entry for (count, dtype, op, lazy), or None when it cannot serve."""
+        count, dtype, op, lazy = key
+        kernel = shm_program.kernel_for(dtype, op, count * dtype.itemsize)
+        arena = _shm._arena_for(self._comm)
+        if kernel is None or not arena or arena.data is None or count == 0:
+            return None
+        choice = self._choose("allreduce", "auto", dtype, count, {})
+        if choice.algorithm in ("copy", "native"):
+            return None
+        _, schedule, _ = self._schedule("allreduce", choice, count, None, dtype, op)
+        plan = ProcPlan.build(schedule, leader_placement(self.size, schedule.num_nodes), self.rank)
+        if not _shm.eligible(plan, self._comm) or arena.capacity < schedule.work_size * dtype.itemsize \
+                or schedule.notes:
+            return None
+        splan = _shm.ShmPlan.build(schedule, self.rank)
+        runner = shm_program.Runner(shm_program.compile_plan(splan, dtype.itemsize, lazy), arena, kernel)
+        isz = dtype.itemsize
+        entry = _RunnerEntry(runner, arena, choice, plan.sent_elements[self.rank] * isz,
+                             plan.received_elements[self.rank] * isz)
+        old = self._runners.pop(key, None)
+        if old is None and len(self._runners) >= PERSISTENT_REQUESTS:
+            old = self._runners.pop(next(iter(self._runners)))
+        if old is not None:
+            self._fold_runner_stats(old)
+        self._runners[key] = entry
+        return entry
+
+    def _fold_runner_stats(self, entry: _RunnerEntry) -> None:
+        """Move an entry's call count into the stats (before it is dropped or its count reset)."""
+        self._stats["calls"] += entry.calls
+        self._stats["bytes_sent"] += entry.calls * entry.sent
+        self._stats["bytes_received"] += entry.calls * entry.received
+        entry.calls = 0
 
     def _small_native_allreduce(self, x, out, op, timeout):
         """auto's small-message path without the queue: the same checks, one Iallreduce, polled with a
@@ -502,6 +610,9 @@ class Communicator:
                 for _, req in self._persistent.values():
                     req.Free()
             self._persistent.clear()
+            for entry in self._runners.values():
+                self._fold_runner_stats(entry)
+            self._runners.clear()
             self._scratch.clear()
             if self._world is not None and self.rank == 0 and self._failure is None:
                 _daemon.stop_daemons(self._world, timeout=self.timeout)

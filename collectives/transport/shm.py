@@ -49,7 +49,12 @@ from mpi4py import MPI
 
 from ..execution import land_receives
 from ..schedule import Op, OpKind, Schedule
+from . import executor as _executor
+from . import shm_program
 
+# the plan runner polls an unsatisfied wait this often before returning to the caller's waiter (which checks the
+# deadline): ~1024 yields, or ~25 us of pauses when every rank has a core
+NATIVE_POLLS = 1024
 _CTRL_INTS = 16  # per rank: done at [0], read at [8] (separate 64-byte lines)
 _FENCE = platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686", "x86")
 
@@ -114,6 +119,7 @@ class ShmPlan:
     start_offset: int  # counters after the copy-in: 1 + first active round (or total)
     work_size: int
     never_written: list[tuple[int, int]]  # ranges no round writes: copied from x at the end (lazy input)
+    world_size: int
 
     @property
     def writes_window(self) -> bool:
@@ -183,7 +189,8 @@ class ShmPlan:
                                  fresh, sorted(pre_parts)))
         start = 1 + active[0][0] if active else 1 + R
         never = _unwritten(0, schedule.work_size, _merge(written_so_far))
-        return cls(node, 1 + R, rounds, copy_in[0] if active else [], start, schedule.work_size, never)
+        return cls(node, 1 + R, rounds, copy_in[0] if active else [], start, schedule.work_size, never,
+                   schedule.world_size)
 
 
 # -- the arena: windows of one communicator -------------------------------------------------------------
@@ -197,6 +204,8 @@ class Arena:
         self.data: MPI.Win | None = None
         self.views: list[np.ndarray] = []
         self._typed: dict = {}
+        self._c_counters = None  # the plan runner's views (shm_program.py), built on first use
+        self._c_windows = None
         self.local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
         if self.local.Get_size() != comm.Get_size():
             self.local.Free()
@@ -237,6 +246,7 @@ class Arena:
         self.views = [np.frombuffer(self.data.Shared_query(q)[0], dtype=np.uint8, count=cap)
                       for q in range(self.size)]
         self._typed = {}
+        self._c_windows = None
         self.capacity = cap
 
     def typed(self, dtype: np.dtype, count: int) -> list[np.ndarray]:
@@ -249,6 +259,24 @@ class Arena:
             n = count * dtype.itemsize
             views = self._typed[key] = [v[:n].view(dtype) for v in self.views]
         return views
+
+    def c_counters(self):
+        """(done, read) as `int64_t *[]` over the ranks, for the plan runner (built once per arena)."""
+        if self._c_counters is None:
+            from .shm_program import ffi
+            keep = [ffi.from_buffer(c) for c in self.done + self.read]  # keeps the window memory referenced
+            ptrs = [ffi.cast("int64_t *", k) for k in keep]
+            self._c_counters = (ffi.new("int64_t *[]", ptrs[:self.size]), ffi.new("int64_t *[]", ptrs[self.size:]),
+                                keep)
+        return self._c_counters[:2]
+
+    def c_buffers(self):
+        """A new `char *[]` for the plan runner: work and source (set per call), then every rank's window."""
+        from .shm_program import ffi
+        if self._c_windows is None:
+            keep = [ffi.from_buffer(v) for v in self.views]  # keeps the window memory referenced
+            self._c_windows = ([ffi.cast("char *", k) for k in keep], keep)
+        return ffi.new("char *[]", [ffi.NULL, ffi.NULL, *self._c_windows[0]])
 
     def fence(self) -> None:
         if _FENCE:
@@ -305,6 +333,8 @@ class ShmExecution:
         self._i = 0  # next round of the ShmPlan
         self._landed = False  # the current round's receives have landed (its mirror copy may wait)
         self.arena: Arena | None = None
+        self.runner: shm_program.Runner | None = None  # the whole call in C (shm_program.py), when it applies
+        self._events_before_runner = 0
 
     @property
     def done(self) -> bool:
@@ -323,6 +353,8 @@ class ShmExecution:
 
     def advance(self) -> bool:
         st = self._state
+        if st == "native":
+            return self._step_native()
         if st == "rounds":
             if not self._run_rounds():
                 return False
@@ -358,6 +390,10 @@ class ShmExecution:
                 a.grow(need)
             self._setup_call()
             st = self._state = "start"
+        if self.runner is not None:
+            self._state = "native"
+            self._events_before_runner = self.events
+            return self._step_native()
         # start: nobody reads this rank's window for the previous call any more; copy the input in
         if self.splan.writes_window:
             me = a.rank
@@ -382,6 +418,34 @@ class ShmExecution:
         self.views = a.typed(self.work.dtype, splan.work_size)
         self.mine = self.views[a.rank]
         self.base = int(a.done[a.rank][0])
+        work, source = self.work, self.source
+        kernel = shm_program.kernel_for(work.dtype, self.kernel_op, work.nbytes)
+        if kernel is not None and work.flags.c_contiguous and (source is None or source.flags.c_contiguous):
+            lazy = source is not None
+            programs = plan.__dict__.setdefault("_shm_programs", {})
+            program = programs.get((work.dtype.itemsize, lazy))
+            if program is None:
+                program = programs[work.dtype.itemsize, lazy] = shm_program.compile_plan(
+                    splan, work.dtype.itemsize, lazy)
+            self.runner = shm_program.Runner(program, a, kernel)
+            self._started = False
+
+    def _step_native(self) -> bool:
+        """Run the call's program in C until it finishes or a wait does not pass within a bounded poll."""
+        r = self.runner
+        if self._started:
+            finished = r.step(NATIVE_POLLS, int(_executor._oversubscribed))
+        else:
+            self._started = True
+            finished = r.run(self.work, self.source, NATIVE_POLLS, int(_executor._oversubscribed))
+        self.events = self._events_before_runner + r.events
+        self.last_completed = r.program.last_completed(r.ip)
+        if finished:
+            self._state = "done"
+            self._waiting = ()
+            return True
+        self._waiting = (r.waiting,)
+        return False
 
     def _publish(self, offset: int) -> None:
         a = self.arena
@@ -456,7 +520,9 @@ class ShmExecution:
         if self.done:
             return None, None, ()
         rnd = None
-        if self._state == "rounds" and self._i < len(self.splan.rounds):
+        if self._state == "native":
+            rnd = self.runner.program.round_at(self.runner.ip)
+        elif self._state == "rounds" and self._i < len(self.splan.rounds):
             rnd = self.splan.rounds[self._i].k
         return rnd, None, self._waiting
 
@@ -465,4 +531,31 @@ class ShmExecution:
             self.inner.cancel()
 
 
-__all__ = ["Arena", "ShmExecution", "ShmPlan", "eligible", "enabled"]
+class RunnerExecution:
+    """A call already running in the plan runner (the communicator's one-shot shortcut started it) that did not
+    finish within its first poll: the same interface as ShmExecution, for the communicator's bounded waiter."""
+
+    def __init__(self, runner: shm_program.Runner) -> None:
+        self.runner = runner
+        self.events = runner.events
+        self.last_completed = runner.program.last_completed(runner.ip)
+        self.done = False
+
+    def advance(self) -> bool:
+        r = self.runner
+        self.done = r.step(NATIVE_POLLS, int(_executor._oversubscribed))
+        self.events = r.events
+        self.last_completed = r.program.last_completed(r.ip)
+        return self.done
+
+    def stuck(self) -> tuple[int | None, int | None, tuple[int, ...]]:
+        if self.done:
+            return None, None, ()
+        r = self.runner
+        return r.program.round_at(r.ip), None, (r.waiting,)
+
+    def cancel(self) -> None:
+        pass
+
+
+__all__ = ["Arena", "RunnerExecution", "ShmExecution", "ShmPlan", "eligible", "enabled"]

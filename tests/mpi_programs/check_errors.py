@@ -55,6 +55,21 @@ for name, call in BAD.items():
 # the communicator still works after refused calls
 if not np.array_equal(comm.allreduce(x, algorithm="ring"), x * comm.size):
     failures.append("allreduce after refused calls gave a wrong result")
+# the same through auto's shared-memory runner shortcut (check off; the first call creates the arena everywhere)
+fast = init(check="off", timeout=30.0)
+fast.allreduce(x)
+fast.mpi_comm.Barrier()
+if fast.rank == 0:
+    t = time.monotonic()
+    try:
+        fast.allreduce(x, timeout=0.5)
+        failures.append("runner shortcut, missing peer: no timeout")
+    except CollectiveTimeoutError as exc:
+        waited = time.monotonic() - t
+        expected = fast.last_choice.algorithm
+        if not (0.4 < waited < 5) or exc.algorithm != expected or 1 not in exc.peers or "awaiting rank 1" not in str(exc):
+            failures.append(f"runner shortcut timeout after {waited:.2f} s lacks details: {exc}")
+        raised["runner timeout"] = str(exc)
 # a peer that never calls: rank 0 raises CollectiveTimeoutError naming the call, then the comm refuses calls
 comm.mpi_comm.Barrier()
 if comm.rank == 0:
@@ -76,6 +91,7 @@ failures = MPI.COMM_WORLD.gather(failures)
 if MPI.COMM_WORLD.Get_rank() == 0:
     flat = [f for fs in failures for f in fs]
     print("RESULT " + json.dumps({"cases": len(BAD) + 2, "failures": len(flat), "messages": flat,
-                                  "timeout_message": raised.get("timeout", "")}), flush=True)
+                                  "timeout_message": raised.get("timeout", ""),
+                                  "runner_timeout_message": raised.get("runner timeout", "")}), flush=True)
     sys.stdout.flush()
     MPI.COMM_WORLD.Abort(1 if flat else 0)  # rank 0's timed-out messages are still pending: end the job here

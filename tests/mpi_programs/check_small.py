@@ -1,5 +1,7 @@
-"""Run under mpiexec -n N: auto allreduce's small-message shortcut (check="off": inline 1-D path, persistent
-requests up to PERSISTENT_BELOW bytes, Iallreduce above) against MPI's own Allreduce on the same inputs, bitwise.
+"""Run under mpiexec -n N: auto allreduce's shortcuts against MPI's own Allreduce on the same inputs, bitwise.
+With the shared-memory plan runner (all ranks on one host, COLLECTIVES_SHM_C not 0) every call goes straight to
+the runner (one_shot below 128 KiB); without it (COLLECTIVES_SHM_C=0) small calls take MPI's own collective
+(check="off": inline 1-D path, persistent requests up to PERSISTENT_BELOW bytes, Iallreduce above).
 
 Covers every MPI-native dtype x op, out=None / out=x / separate out, 2-D arrays and views (general path),
 more distinct (count, dtype, op) keys than the request cache holds (eviction, same order on every rank), bad
@@ -103,16 +105,35 @@ for label, out in (("wrong size", np.zeros(9, np.float32)), ("wrong dtype", np.z
         if "out" not in str(exc):
             failures.append(f"{label}: message does not name out: {exc}")
 
-cached = len(comm._persistent)
-if cached > communicator_module.PERSISTENT_REQUESTS or (cached == 0 and os.environ.get("COLLECTIVES_PERSISTENT") != "0"
-                                                          and MPI.Get_version() >= (4, 0)):
-    failures.append(f"persistent request cache holds {cached}")
+runner = comm._runner_fast
 stats = comm.stats
-if stats["native_calls"] < cases - 10 or stats["calls"] < stats["native_calls"]:
-    failures.append(f"stats {stats} after {cases} cases")
+if runner:
+    # every call ran a schedule (none went to MPI), the runner cache is bounded, and its byte counts are
+    # one_shot's: a rank sends its whole buffer to each of the p-1 others
+    cached = len(comm._runners)
+    if cached == 0 or cached > communicator_module.PERSISTENT_REQUESTS:
+        failures.append(f"runner cache holds {cached}")
+    if stats["native_calls"] != 0 or stats["calls"] < cases - 10:
+        failures.append(f"stats {stats} after {cases} cases")
+    x = data(10, np.dtype(np.float64), 5)
+    before = comm.stats
+    got = comm.allreduce(x)
+    after = comm.stats
+    if comm.last_choice.algorithm != "one_shot" or not same(got, expect(x, "sum")):
+        failures.append(f"small call: {comm.last_choice}")
+    if after["bytes_sent"] - before["bytes_sent"] != (p - 1) * 80 or after["calls"] - before["calls"] != 1:
+        failures.append(f"one_shot stats: {before} -> {after}")
+else:
+    cached = len(comm._persistent)
+    if cached > communicator_module.PERSISTENT_REQUESTS or (
+            cached == 0 and os.environ.get("COLLECTIVES_PERSISTENT") != "0" and MPI.Get_version() >= (4, 0)):
+        failures.append(f"persistent request cache holds {cached}")
+    if stats["native_calls"] < cases - 10 or stats["calls"] < stats["native_calls"]:
+        failures.append(f"stats {stats} after {cases} cases")
 comm.close()
+
 gathered = MPI.COMM_WORLD.gather(failures)
 if rank == 0:
     flat = [f for fs in gathered for f in fs]
     os.write(1, ("RESULT " + json.dumps({"cases": cases, "failures": len(flat), "messages": flat[:20],
-                                         "cached": cached}) + "\n").encode())
+                                         "cached": cached, "runner": runner}) + "\n").encode())

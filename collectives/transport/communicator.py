@@ -287,7 +287,8 @@ class Communicator:
         self._stats = self._zero_stats()
         self._fast_calls = 0  # calls of the small-message shortcut (counted apart: it is the hot path)
         self._fast_below, self._runner_fast = self._agree_fast_below()
-        self._runners: dict[tuple, tuple] = {}  # the runner shortcut's runners per (count, dtype, op, lazy)
+        # the runner shortcut's entries per (count, dtype, op, lazy, algorithm); False: never for that call
+        self._runners: dict[tuple, _RunnerEntry | bool] = {}
         self._fast_ready = self._check == "off"  # the inline shortcut: no agreement; False once closed/failed
         # persistent requests of tiny allreduces, oldest first (MPI-4; COLLECTIVES_PERSISTENT=0 turns them off)
         self._persistent: dict[tuple, tuple[np.ndarray, MPI.Prequest]] = {}
@@ -338,7 +339,7 @@ class Communicator:
         stats = dict(self._stats)
         stats["calls"] += self._fast_calls
         stats["native_calls"] += self._fast_calls
-        for entry in self._runners.values():  # the runner shortcut counts per entry (it is the hot path)
+        for entry in filter(None, self._runners.values()):  # the runner shortcut counts per entry (hot path)
             stats["calls"] += entry.calls
             stats["bytes_sent"] += entry.calls * entry.sent
             stats["bytes_received"] += entry.calls * entry.received
@@ -347,7 +348,7 @@ class Communicator:
     def reset_stats(self) -> None:
         self._stats = self._zero_stats()
         self._fast_calls = 0
-        for entry in self._runners.values():
+        for entry in filter(None, self._runners.values()):
             entry.calls = 0
 
     def _agree_fast_below(self) -> tuple[int, bool]:
@@ -375,11 +376,11 @@ class Communicator:
         """
         if timeout is not None:
             timeout = check_timeout(timeout)
-        # All ranks on this host: the schedule auto picks runs in C (shm_program.py), the same call the general
-        # path makes, without the queue and the per-call Python around it.
-        if self._runner_fast and type(x) is np.ndarray and self._fast_ready and algorithm == "auto" \
-                and not async_op and not self._queue and deterministic is None and accumulate is None and not params:
-            fast = self._runner_allreduce(x, out, op, timeout)
+        # All ranks on this host: the schedule (auto's pick or the one named) runs in C (shm_program.py), the
+        # same call the general path makes, without the queue and the per-call Python around it.
+        if self._runner_fast and type(x) is np.ndarray and self._fast_ready and not async_op and not self._queue \
+                and deterministic is None and accumulate is None and not params:
+            fast = self._runner_allreduce(x, out, op, algorithm, timeout)
             if fast is not None:
                 return fast
         # The small-message shortcut (`_fast_below` is 0 when the communicator's settings rule it out); the
@@ -400,14 +401,15 @@ class Communicator:
         return self._call("allreduce", x, out, op, None, algorithm, async_op, timeout, params, deterministic,
                           accumulate)
 
-    def _runner_allreduce(self, x: np.ndarray, out, op: str, timeout: float | None):
-        """auto's allreduce over shared memory with nothing but the plan runner in the way: a cached runner per
-        (count, dtype, op, in place or not) for the schedule `choose` picks, pointed at x and out, run to the
-        end in C. Returns None (take the general path, which runs the same schedule) unless every condition
-        holds: contiguous arrays of a dtype the C kernels reduce single-threaded, out a fresh array, x itself
-        or an exact match of x, and the shared-memory arena already created and large enough (its creation and
-        growth are collective: the general path does them, and every rank sees the same arena state, so every
-        rank takes the same path)."""
+    def _runner_allreduce(self, x: np.ndarray, out, op: str, algorithm: str, timeout: float | None):
+        """An allreduce over shared memory with nothing but the plan runner in the way: a cached runner per
+        (count, dtype, op, in place or not, algorithm) for the schedule the general path would run (auto's
+        pick, or the algorithm named), pointed at x and out, run to the end in C. Returns None (take the
+        general path) unless every condition holds: contiguous arrays of a dtype the C kernels reduce
+        single-threaded, out a fresh array, x itself or an exact match of x, a schedule without switch nodes,
+        and the shared-memory arena already created and large enough (its creation and growth are collective:
+        the general path does them, and every rank sees the same arena state, so every rank takes the same
+        path)."""
         if out is None:
             lazy = True
         elif out is x:
@@ -419,9 +421,11 @@ class Communicator:
             lazy = True
         if not x.flags.c_contiguous or (out is x and not x.flags.writeable):
             return None
-        key = (x.size, x.dtype, op, lazy)
+        key = (x.size, x.dtype, op, lazy, algorithm)
         entry = self._runners.get(key)
         if entry is None or entry.runner.windows is not entry.arena.views:
+            if entry is False:  # this call can never take the shortcut (e.g. a schedule with switch nodes)
+                return None
             entry = self._runner_entry(key)
             if entry is None:
                 return None
@@ -441,32 +445,48 @@ class Communicator:
         return out
 
     def _runner_entry(self, key: tuple) -> _RunnerEntry | None:
-        """The runner shortcut's cache entry for (count, dtype, op, lazy), or None when it cannot serve."""
-        count, dtype, op, lazy = key
+        """The runner shortcut's cache entry for (count, dtype, op, lazy, algorithm), or None when it cannot
+        serve this call (remembered as False when it never will: the general path takes such calls at once)."""
+        count, dtype, op, lazy, algorithm = key
         kernel = shm_program.kernel_for(dtype, op, count * dtype.itemsize)
         arena = _shm._arena_for(self._comm)
-        if kernel is None or not arena or arena.data is None or count == 0:
-            return None
-        choice = self._choose("allreduce", "auto", dtype, count, {})
+        if arena is None or kernel is None or count == 0 or (algorithm != "auto" and (
+                algorithm == "native" or algorithm not in registry.names("allreduce"))):
+            return self._no_runner(key)  # bad names and dtypes: the general path raises the precise error
+        if not arena or arena.data is None:
+            return None  # not created yet: the general path creates it (collective), later calls may come here
+        choice = self._choose("allreduce", algorithm, dtype, count, {})
         if choice.algorithm in ("copy", "native"):
-            return None
+            return self._no_runner(key)
         _, schedule, _ = self._schedule("allreduce", choice, count, None, dtype, op)
         plan = ProcPlan.build(schedule, leader_placement(self.size, schedule.num_nodes), self.rank)
-        if not _shm.eligible(plan, self._comm) or arena.capacity < schedule.work_size * dtype.itemsize \
-                or schedule.notes:
-            return None
+        if not _shm.eligible(plan, self._comm) or schedule.notes:
+            return self._no_runner(key)
+        if arena.capacity < schedule.work_size * dtype.itemsize:
+            return None  # the general path grows the arena (collective)
         splan = _shm.ShmPlan.build(schedule, self.rank)
         runner = shm_program.Runner(shm_program.compile_plan(splan, dtype.itemsize, lazy), arena, kernel)
         isz = dtype.itemsize
         entry = _RunnerEntry(runner, arena, choice, plan.sent_elements[self.rank] * isz,
                              plan.received_elements[self.rank] * isz)
         old = self._runners.pop(key, None)
-        if old is None and len(self._runners) >= PERSISTENT_REQUESTS:
-            old = self._runners.pop(next(iter(self._runners)))
-        if old is not None:
+        if old:
             self._fold_runner_stats(old)
+        elif len(self._runners) >= PERSISTENT_REQUESTS:
+            self._evict_runner()
         self._runners[key] = entry
         return entry
+
+    def _no_runner(self, key: tuple) -> None:
+        if len(self._runners) >= PERSISTENT_REQUESTS:
+            self._evict_runner()
+        self._runners[key] = False
+        return None
+
+    def _evict_runner(self) -> None:
+        old = self._runners.pop(next(iter(self._runners)))
+        if old:
+            self._fold_runner_stats(old)
 
     def _fold_runner_stats(self, entry: _RunnerEntry) -> None:
         """Move an entry's call count into the stats (before it is dropped or its count reset)."""
@@ -610,7 +630,7 @@ class Communicator:
                 for _, req in self._persistent.values():
                     req.Free()
             self._persistent.clear()
-            for entry in self._runners.values():
+            for entry in filter(None, self._runners.values()):
                 self._fold_runner_stats(entry)
             self._runners.clear()
             self._scratch.clear()

@@ -6,7 +6,9 @@ schedule runs. When every rank of the communicator shares this host the schedule
 (transport/shm.py: peers' windows read directly, no messages), which beats MPICH's Allreduce from a few hundred
 KiB on; across hosts it runs with point-to-point messages, which only win for large messages.
 
-Thresholds (bytes per rank, env overrides in brackets), measured on a 2-core AMD EPYC VM with MPICH 5:
+Allreduce on one host with the shared-memory plan runner (shm_program.py, the default): one_shot below
+128 KiB [COLLECTIVES_ONE_SHOT_BELOW], the shared-memory table above it, MPI's own Allreduce at no size.
+Other thresholds (bytes per rank, env overrides in brackets), measured on a 2-core AMD EPYC VM with MPICH 5:
 * shared memory, ranks <= cores  [COLLECTIVES_NATIVE_BELOW_SHM]:                512 KiB
 * shared memory, more ranks than cores  [COLLECTIVES_NATIVE_BELOW_SHM_OVERSUBSCRIBED]: 1 MiB
 * messages, ranks <= cores  [COLLECTIVES_NATIVE_BELOW]:                         8 MiB

@@ -32,6 +32,11 @@ shared-memory call and the data windows grow (doubling) when a call needs more; 
 are preceded by a polled Ibarrier (a missing peer times out instead of hanging); every rank takes the same
 decision because it depends only on the call (same schedule and size on every rank).
 
+The plan runner (shm_program.py, csrc/plan.c) executes the same plan compiled to instructions, in C, with the
+same counters and the same kernel calls: `advance()` then runs the whole call in one C call, returning only at
+a wait that does not pass within NATIVE_POLLS polls. The Python rounds below serve what the runner cannot
+(no C extension, a dtype or thread split the C kernels do not serve, COLLECTIVES_SHM_C=0).
+
 Used when every rank of the communicator shares one host, every node of the schedule is a rank (no switch
 nodes: daemons and leader-emulated switches take the message path) and COLLECTIVES_SHM is not "0". On other
 architectures than x86 (weaker memory ordering) `Win.Sync` fences every counter access.

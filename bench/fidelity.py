@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="fidelity-results", help="directory for calibrations and bench JSON")
     ap.add_argument("--calibrate", choices=("each", "once"), default="each",
                     help="calibrate before every run (default) or once per world size")
-    ap.add_argument("--check", action="store_true", help=f"exit 1 unless every prediction is within {TOLERANCE:.0%}")
+    ap.add_argument("--check", action="store_true", help=f"exit 1 unless every prediction is within {TOLERANCE * 100:.0f}%%")
     ap.add_argument("--tabulate", action="store_true",
                     help="measure nothing: print the tables from DIR/benchN-R.json of an earlier run")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per mpiexec launch")

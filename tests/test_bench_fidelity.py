@@ -32,3 +32,13 @@ def test_medians_over_runs_decide_and_each_run_is_counted_against_its_own_predic
 def test_a_median_outside_the_tolerance_is_a_miss():
     lines, ok, total = fidelity.table(4, [_run([("ring", 64 << 10, True, 100.0, 140.0)])])
     assert (ok, total) == (0, 1) and "| 64 KiB | ring | 100/140 | 100 | 140 | +40% | no |" in lines
+
+
+def test_help_of_every_bench_script_prints():
+    """argparse formats help strings with %: a literal percent sign must be escaped, or --help crashes."""
+    import subprocess
+    import sys
+
+    for script in sorted((Path(__file__).parents[1] / "bench").glob("*.py")):
+        proc = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0 and "usage:" in proc.stdout, (script.name, proc.stderr[-2000:])

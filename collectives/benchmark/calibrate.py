@@ -310,7 +310,8 @@ def calibrate(comm, quick: bool = False, log=None) -> dict:
         window = window_exchange(mpi_comm, quick=quick)
     finally:
         mpi_comm.Free()
-    return {"ranks": comm.size, "oversubscribed": bool(executor._oversubscribed), **host_cores(comm.mpi_comm),
+    return {"ranks": comm.size, "oversubscribed": bool(executor._oversubscribed), "comm_check": comm.check,
+            **host_cores(comm.mpi_comm),
             "pingpong_one_way_s": [[n, t] for n, t in pp], "p2p_latency_s": a, "p2p_bandwidth": B,
             "exchange_s": [[n, t] for n, t in ex], "exchange_latency_s": ex_a, "exchange_bandwidth": ex_B,
             "memcpy_bandwidth": copy_bw, "reduce_bandwidth": red, "reduce_curve": red_curve, "window_s": window,
@@ -341,7 +342,7 @@ def calibration_entry(numbers: dict) -> dict:
             "p2p_latency_s": numbers["p2p_latency_s"], "p2p_bandwidth": numbers["p2p_bandwidth"],
             "memcpy_bandwidth": numbers["memcpy_bandwidth"], "window_s": numbers["window_s"],
             "round_s": numbers["round_s"], "call_overhead_s": numbers["call_overhead_s"],
-            **{k: numbers[k] for k in ("cores", "ranks_per_host") if k in numbers}}
+            **{k: numbers[k] for k in ("cores", "ranks_per_host", "comm_check") if k in numbers}}
 
 
 def _interp(points: list, x: float) -> float:

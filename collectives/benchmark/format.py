@@ -43,7 +43,8 @@ def time_str(us: float) -> str:
 
 
 def header(*, collective: str, world_size: int, min_bytes: int, max_bytes: int, step: str, warmup: int,
-           iters: int, check: int, stat: str, hosts: list[tuple[int, int, str]], predict: str | None) -> list[str]:
+           iters: int, check: int, stat: str, hosts: list[tuple[int, int, str]], predict: str | None,
+           comm_check: str | None = None) -> list[str]:
     """nccl-tests' opening comment block, then the two column-title lines."""
     lines = [f"# collectives bench {collective}: nranks {world_size} minBytes {min_bytes} maxBytes {max_bytes} "
              f"step: {step} warmup iters: {warmup} iters: {iters} agg iters: 1 validation: {check} graph: 0",
@@ -51,6 +52,9 @@ def header(*, collective: str, world_size: int, min_bytes: int, max_bytes: int, 
              f"# time = {stat} over iterations of the slowest rank (barrier before each iteration)",
              "# algorithm column: native = MPI's own collective; auto->X = the transport's choice X",
              ]
+    if comm_check is not None:
+        lines.append(f"# call agreement: {comm_check} (collectives.init(check=...), --comm-check; 'off' measures the "
+                     "collective alone, as MPI's)")
     if predict:
         lines.append(f"# pred(us) = simulator's prediction on {predict} (n/a: MPI's own collective, not simulated)")
     lines += ["#", "# Using devices"]

@@ -323,7 +323,8 @@ class Bench:
         hosts = self.hosts()
         for line in fmt.header(collective=o.collective, world_size=self.p, min_bytes=o.sizes[0],
                                max_bytes=o.max_bytes if o.max_bytes is not None else o.sizes[-1], step=o.step, warmup=o.warmup, iters=o.iters,
-                               check=int(o.check), stat=o.stat, hosts=hosts, predict=o.predict):
+                               check=int(o.check), stat=o.stat, hosts=hosts, predict=o.predict,
+                               comm_check=self.comm.check):
             self.emit(line)
         for spec in o.algorithms:
             why = self.skip_reason(spec)

@@ -44,6 +44,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--predict", metavar="TOPOLOGY.json",
                    help="add the simulator's predicted time (us) on this saved topology (collectives calibrate "
                         "writes one); native rows read n/a, auto rows predict the algorithm auto ran")
+    p.add_argument("--comm-check", default="off", choices=("off", "metadata", "full"),
+                   help="the communicator's call agreement (default off: the collective alone, as nccl-tests and "
+                        "OSU measure MPI's; metadata, the library's default for applications, adds one small "
+                        "agreement collective per call)")
     p.add_argument("--json", metavar="FILE", help="write every measurement (per-iteration times too) as JSON")
     p.add_argument("--csv", metavar="FILE", help="write every measurement as CSV")
     p.add_argument("--osu", action="store_true", help="print OSU's latency table (osu_allreduce layout) instead")
@@ -92,7 +96,7 @@ def run(args) -> int:
     from ..benchmark.runner import Bench
     from ..transport import init
 
-    comm = init()
+    comm = init(check=args.comm_check)
     try:
         try:
             bench = Bench(comm, _options(args, comm.size))

@@ -22,6 +22,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--no-default", action="store_true",
                    help="do not also write the default calibration file (preset('loopback') reads that one)")
     p.add_argument("--quick", action="store_true", help="fewer repetitions (for tests; noisier)")
+    p.add_argument("--comm-check", default="off", choices=("off", "metadata", "full"),
+                   help="the call agreement of the communicator whose fixed costs are measured: use the one "
+                        "`collectives bench --comm-check` will run with (default off, as bench's)")
     p.add_argument("--json", metavar="FILE", help="also write the raw measurements as JSON")
     return p
 
@@ -31,7 +34,7 @@ def run(args) -> int:
     from ..topology import calibration_path, save
     from ..transport import init
 
-    comm = init()
+    comm = init(check=args.comm_check)
     try:
         def log(msg: str) -> None:
             if comm.rank == 0:

@@ -423,9 +423,9 @@ class Communicator:
             return None
         key = (x.size, x.dtype, op, lazy, algorithm)
         entry = self._runners.get(key)
+        if entry is False:  # this call can never take the shortcut (e.g. a schedule with switch nodes)
+            return None
         if entry is None or entry.runner.windows is not entry.arena.views:
-            if entry is False:  # this call can never take the shortcut (e.g. a schedule with switch nodes)
-                return None
             entry = self._runner_entry(key)
             if entry is None:
                 return None

@@ -14,7 +14,9 @@ share cores in calibration exactly as they will in `collectives bench`):
    a loopback message crosses two hops (rank -> shared-memory "switch" -> rank), so the hop latency
    (`nvlink_latency`) is half of it.
 
-5. the shared-memory executor's data movement at each operation size D (`window_exchange`): with the footprint
+5. the shared-memory executor's data movement at each operation size D (`window_exchange`, timed as the
+   executor runs it: the C plan runner's COPY/REDUCE instructions in one C call per pass, or the Python
+   executor's numpy copies and `reduce_into` where the runner does not serve): with the footprint
    of an in-place allreduce (a private buffer and an MPI-3 shared window of D bytes per rank) and pieces of
    m = D/p bytes, the time per piece to *mirror* (private -> own window), to *land* (peer's window -> private)
    and to *reduce* (private += peer's window, the kernels), every rank at once, timed from the first rank's
@@ -22,8 +24,9 @@ share cores in calibration exactly as they will in `collectives bench`):
    serialise, and that time shows it. Before each timed rep the peer re-creates the cache state a call
    leaves (it mirrors before a land or reduce, lands before a mirror), so a rep pays for fetching lines its
    peer has just written, as the executor does, rather than re-reading a stale local copy;
-6. the transport's fixed costs with no payload: ring allreduce (2(p-1) rounds) and ring allgather (p-1 rounds)
-   of tiny arrays give the cost per round (difference / (p-1)) and per call (2 x allgather - allreduce);
+6. the transport's fixed costs with no payload: ring allreduce (2(p-1) rounds) and one_shot allreduce (1 round)
+   of tiny arrays, through the same path, give the cost per round (difference / (2p-3)) and per call (the
+   ring's time less its rounds);
 7. the host's cores (the union of its ranks' CPU affinities) and ranks per host: with more ranks than cores,
    `bench --predict` prices schedules that idle ranks by processor time as well (benchmark/cores.py).
 
@@ -206,7 +209,11 @@ def window_exchange(mpi_comm, sizes=WINDOW_SIZES, quick: bool = False) -> dict[s
     from mpi4py import MPI
 
     from ..kernels import reduce_into
+    from ..transport import shm_program
 
+    # time what the executor will run: the C plan runner's instructions when it serves float32 sums here
+    kernel = shm_program.kernel_for(np.dtype(np.float32), "sum", 0)
+    runner = shm_program if kernel is not None else None
     node = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED)
     p, here, on_host = mpi_comm.Get_size(), node.Get_rank(), node.Get_size()
     win = MPI.Win.Allocate_shared(max(sizes), 1, comm=node)
@@ -223,17 +230,24 @@ def window_exchange(mpi_comm, sizes=WINDOW_SIZES, quick: bool = False) -> dict[s
             peer = np.frombuffer(theirs, np.float32, n)
             pieces = [slice(i * m, (i + 1) * m) for i in range(p)]
 
-            def mirror(x=x, own=own, pieces=pieces):
-                for s in pieces:
-                    np.copyto(own[s], x[s])
+            if runner is not None:  # the plan runner's own instructions, one C call per pass
+                bufs = [x, own, peer]
+                mirror = runner.StraightLine([("copy", 1, 0, s.start, s.stop) for s in pieces], bufs, 4, kernel)
+                land = runner.StraightLine([("copy", 0, 2, s.start, s.stop) for s in pieces], bufs, 4, kernel)
+                red = runner.StraightLine([("reduce", 0, [0, 2], s.start, s.stop) for s in pieces], bufs, 4,
+                                          kernel)
+            else:  # the Python executor's operations
+                def mirror(x=x, own=own, pieces=pieces):
+                    for s in pieces:
+                        np.copyto(own[s], x[s])
 
-            def land(x=x, peer=peer, pieces=pieces):
-                for s in pieces:
-                    np.copyto(x[s], peer[s])
+                def land(x=x, peer=peer, pieces=pieces):
+                    for s in pieces:
+                        np.copyto(x[s], peer[s])
 
-            def red(x=x, peer=peer, pieces=pieces):
-                for s in pieces:
-                    reduce_into(x[s], [x[s], peer[s]], "sum")
+                def red(x=x, peer=peer, pieces=pieces):
+                    for s in pieces:
+                        reduce_into(x[s], [x[s], peer[s]], "sum")
 
             reps = max(3, _reps(D, quick) // 2)
             # Each rep starts from the cache state a call of the executor leaves: a rank lands or reduces what
@@ -252,7 +266,8 @@ def window_exchange(mpi_comm, sizes=WINDOW_SIZES, quick: bool = False) -> dict[s
 def transport_fixed_costs(comm, quick: bool = False) -> dict[str, float]:
     """The transport with no payload to speak of, in seconds: `transport_round_s` (ring allreduce of p floats
     / its 2(p-1) rounds: item 4 of the module docstring), `round_s` and `call_overhead_s` (item 6: the same
-    allreduce against a ring allgather of p-1 rounds)."""
+    allreduce against one_shot's single round, both through the same path of the communicator, so their
+    difference is rounds only)."""
     p = comm.size
     if p == 1:
         return {"transport_round_s": 0.0, "round_s": 0.0, "call_overhead_s": 0.0}
@@ -261,10 +276,11 @@ def transport_fixed_costs(comm, quick: bool = False) -> dict[str, float]:
     ctl = comm.mpi_comm
     reps = 20 if quick else 60
     t_ar = _concurrent(ctl, lambda: comm.allreduce(tiny, out=out, algorithm="ring"), reps)
-    t_ag = _concurrent(ctl, lambda: comm.allgather(tiny[:1], out=out, algorithm="ring"), reps)
-    per_round = max((t_ar - t_ag) / (p - 1), t_ar / (4 * (p - 1)))  # noise guard: at least a quarter of the mean
-    return {"transport_round_s": t_ar / (2 * (p - 1)), "round_s": per_round,
-            "call_overhead_s": max(t_ar - 2 * (p - 1) * per_round, 0.0)}
+    t_one = _concurrent(ctl, lambda: comm.allreduce(tiny, out=out, algorithm="one_shot"), reps)
+    rounds = 2 * (p - 1)
+    per_round = max(t_ar - t_one, 0.0) / (rounds - 1) if rounds > 1 else t_ar / rounds
+    return {"transport_round_s": t_ar / rounds, "round_s": per_round,
+            "call_overhead_s": max(t_ar - rounds * per_round, 0.0)}
 
 
 def host_cores(mpi_comm) -> dict[str, int]:

@@ -414,9 +414,10 @@ class Communicator:
             lazy = True
         elif out is x:
             lazy = False
-        elif type(out) is not np.ndarray or out.dtype != x.dtype or out.shape != x.shape or out.base is not None \
-                or x.base is not None or not out.flags.writeable or not out.flags.c_contiguous:
-            return None  # the general path checks views for overlap and raises the precise errors
+        elif type(out) is not np.ndarray or out.dtype != x.dtype or out.shape != x.shape \
+                or not out.flags.writeable or not out.flags.c_contiguous \
+                or ((out.base is not None or x.base is not None) and np.may_share_memory(x, out)):
+            return None  # the general path raises the precise errors (overlapping views included)
         else:
             lazy = True
         if not x.flags.c_contiguous or (out is x and not x.flags.writeable):

@@ -199,4 +199,38 @@ class Runner:
         return self.call.events
 
 
-__all__ = ["Program", "Runner", "compile_plan", "enabled", "kernel_for"]
+class StraightLine:
+    """A program without waits over fixed buffers, run in one C call: `collectives calibrate` times the
+    runner's own COPY and REDUCE instructions with it (what a call of the runner pays per piece, without
+    Python's per-call cost in between). `steps` are ("copy", dst, src, lo, hi) or ("reduce", dst, [srcs], lo,
+    hi), buffers by index and ranges in elements of `itemsize` bytes."""
+
+    def __init__(self, steps, buffers: list[np.ndarray], itemsize: int, kernel: tuple[int, int, int]) -> None:
+        words: list[int] = []
+        for kind, dst, src, lo, hi in steps:
+            if kind == "copy":
+                words.extend((COPY, dst, lo * itemsize, src, lo * itemsize, (hi - lo) * itemsize))
+            else:
+                words.extend((REDUCE, dst, lo * itemsize, hi - lo, len(src)))
+                for b in src:
+                    words.extend((b, lo * itemsize))
+        words.append(END)
+        self.code = np.array(words, np.int64)
+        self.counter = np.zeros(1, np.int64)  # the runner reads its rank's counter when a call starts
+        self.keep = [ffi.from_buffer(b.view(np.uint8)) for b in buffers]
+        self.pointers = ffi.new("char *[]", self.keep)
+        counter = ffi.new("int64_t *[]", [ffi.cast("int64_t *", ffi.from_buffer(self.counter))])
+        call = self.call = ffi.new("struct coll_plan_call *")
+        call.code = ffi.cast("int64_t *", ffi.from_buffer(self.code))
+        call.buffers = self.pointers
+        call.done = call.read = counter
+        call.kind, call.dtype, call.op = kernel
+        self.keep.append(counter)
+
+    def __call__(self) -> None:
+        rc = lib.coll_plan_run(self.call, 0, 0, 1)
+        if rc != 0:
+            raise RuntimeError(f"straight-line program failed ({rc})")
+
+
+__all__ = ["Program", "Runner", "StraightLine", "compile_plan", "enabled", "kernel_for"]

@@ -88,6 +88,22 @@ cases += 1
 if not same(comm.allreduce(big[::2]), expect(np.ascontiguousarray(big[::2]), "sum")):
     failures.append("strided view")
 
+# views of one buffer: disjoint ones are a valid call (the shortcuts take it), overlapping ones an error
+pool = data(40, np.dtype(np.float64), 6)
+xv, outv = pool[:10], pool[20:30]
+ref = expect(np.ascontiguousarray(xv), "sum")
+cases += 1
+if not same(comm.allreduce(xv, outv), ref) or not same(outv, ref):
+    failures.append("disjoint views of one buffer")
+before = pool.copy()
+cases += 1
+try:
+    comm.allreduce(pool[:4], out=pool[2:6])
+    failures.append("overlapping views: no error")
+except ValueError:
+    if not same(pool, before):
+        failures.append("overlapping views: buffer modified")
+
 # bad calls: the library's errors, buffers untouched
 x = data(8, np.dtype(np.float32), 4)
 for label, out in (("wrong size", np.zeros(9, np.float32)), ("wrong dtype", np.zeros(8, np.float64)),

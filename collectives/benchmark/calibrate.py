@@ -183,9 +183,11 @@ def reduce_throughput(mpi_comm, dtypes=DTYPES, nbytes: int = 64 << 20, quick: bo
 WINDOW_SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 
 
-def _phase(mpi_comm, fn, reps: int, prepare=None) -> float:
-    """Median over reps of (last rank's end - first rank's start) of fn() run by every rank at once; `prepare()`
-    runs untimed on every rank before each rep (and the barrier after it)."""
+def _phase(mpi_comm, fn, reps: int, prepare=None, span: bool = True) -> float:
+    """Median over reps of fn() run by every rank at once: with `span`, (last rank's end - first rank's start),
+    which shows ranks that share a core running one after the other; without, the slowest rank's own time,
+    which leaves out how unevenly the ranks leave the barrier (a call pays that skew once, in its fixed cost,
+    not once per piece). `prepare()` runs untimed on every rank before each rep (and the barrier after it)."""
     from mpi4py import MPI
 
     fn()
@@ -197,7 +199,10 @@ def _phase(mpi_comm, fn, reps: int, prepare=None) -> float:
         t0 = time.perf_counter()
         fn()
         t1 = time.perf_counter()
-        spans.append(mpi_comm.allreduce(t1, op=MPI.MAX) - mpi_comm.allreduce(t0, op=MPI.MIN))
+        if span:
+            spans.append(mpi_comm.allreduce(t1, op=MPI.MAX) - mpi_comm.allreduce(t0, op=MPI.MIN))
+        else:
+            spans.append(mpi_comm.allreduce(t1 - t0, op=MPI.MAX))
         mpi_comm.Barrier()  # nobody starts the next pass (overwriting its window) while a peer still reads it
     return _median(spans)
 
@@ -216,6 +221,9 @@ def window_exchange(mpi_comm, sizes=WINDOW_SIZES, quick: bool = False) -> dict[s
     runner = shm_program if kernel is not None else None
     node = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED)
     p, here, on_host = mpi_comm.Get_size(), node.Get_rank(), node.Get_size()
+    from ..transport import executor
+
+    oversubscribed = bool(executor._oversubscribed)  # ranks share cores: time the span (see _phase)
     win = MPI.Win.Allocate_shared(max(sizes), 1, comm=node)
     try:
         partner = here ^ 1 if (here ^ 1) < on_host else here  # a partner on this host (windows are per host)
@@ -256,7 +264,7 @@ def window_exchange(mpi_comm, sizes=WINDOW_SIZES, quick: bool = False) -> dict[s
             # Without it, reps after the first read a stale local copy (measured: 4 MiB at p = 2 priced at
             # ~300 us while the executor took 600-700 us on cores without a shared L3).
             for name, fn, prepare in (("mirror", mirror, land), ("land", land, mirror), ("reduce", red, mirror)):
-                out[name].append([D, _phase(mpi_comm, fn, reps, prepare) / p])
+                out[name].append([D, _phase(mpi_comm, fn, reps, prepare, span=oversubscribed) / p])
         return out
     finally:
         win.Free()

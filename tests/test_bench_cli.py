@@ -105,7 +105,9 @@ def test_calibrate_then_predict_and_osu(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "transport round cost" in proc.stdout and "shared-memory windows" in proc.stdout
     cal = json.loads((tmp_path / "cal.json").read_text())["calibration"]
-    assert {"mirror", "land", "reduce"} <= set(cal["window_s"]) and cal["round_s"] > 0
+    assert {"mirror", "land", "reduce"} <= set(cal["window_s"])
+    # a round may cost nothing measurable over a call (the plan runner), but a call costs something
+    assert cal["round_s"] >= 0 and cal["call_overhead_s"] > 0 and cal["transport_round_s"] > 0
     assert all(t > 0 for curve in cal["window_s"].values() for _, t in curve)
     assert cal["ranks_per_host"] == 2 and cal["cores"] >= 1  # the shared-core bound's inputs
     assert "2 per host on" in proc.stdout

@@ -214,15 +214,12 @@ def window_exchange(mpi_comm, sizes=WINDOW_SIZES, quick: bool = False) -> dict[s
     from mpi4py import MPI
 
     from ..kernels import reduce_into
-    from ..transport import shm_program
+    from ..transport import executor, shm_program
 
     # time what the executor will run: the C plan runner's instructions when it serves float32 sums here
     kernel = shm_program.kernel_for(np.dtype(np.float32), "sum", 0)
-    runner = shm_program if kernel is not None else None
     node = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED)
     p, here, on_host = mpi_comm.Get_size(), node.Get_rank(), node.Get_size()
-    from ..transport import executor
-
     oversubscribed = bool(executor._oversubscribed)  # ranks share cores: time the span (see _phase)
     win = MPI.Win.Allocate_shared(max(sizes), 1, comm=node)
     try:
@@ -238,12 +235,11 @@ def window_exchange(mpi_comm, sizes=WINDOW_SIZES, quick: bool = False) -> dict[s
             peer = np.frombuffer(theirs, np.float32, n)
             pieces = [slice(i * m, (i + 1) * m) for i in range(p)]
 
-            if runner is not None:  # the plan runner's own instructions, one C call per pass
-                bufs = [x, own, peer]
-                mirror = runner.StraightLine([("copy", 1, 0, s.start, s.stop) for s in pieces], bufs, 4, kernel)
-                land = runner.StraightLine([("copy", 0, 2, s.start, s.stop) for s in pieces], bufs, 4, kernel)
-                red = runner.StraightLine([("reduce", 0, [0, 2], s.start, s.stop) for s in pieces], bufs, 4,
-                                          kernel)
+            if kernel is not None:  # the plan runner's own instructions, one C call per pass
+                bufs, line = [x, own, peer], shm_program.StraightLine
+                mirror = line([("copy", 1, 0, s.start, s.stop) for s in pieces], bufs, 4, kernel)
+                land = line([("copy", 0, 2, s.start, s.stop) for s in pieces], bufs, 4, kernel)
+                red = line([("reduce", 0, [0, 2], s.start, s.stop) for s in pieces], bufs, 4, kernel)
             else:  # the Python executor's operations
                 def mirror(x=x, own=own, pieces=pieces):
                     for s in pieces:

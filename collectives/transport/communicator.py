@@ -459,14 +459,13 @@ class Communicator:
         choice = self._choose("allreduce", algorithm, dtype, count, {})
         if choice.algorithm in ("copy", "native"):
             return self._no_runner(key)
-        _, schedule, _ = self._schedule("allreduce", choice, count, None, dtype, op)
-        plan = ProcPlan.build(schedule, leader_placement(self.size, schedule.num_nodes), self.rank)
+        schedule_key, schedule, _ = self._schedule("allreduce", choice, count, None, dtype, op)
+        plan, _ = self._proc_plan(schedule_key, schedule)
         if not _shm.eligible(plan, self._comm) or schedule.notes:
             return self._no_runner(key)
         if arena.capacity < schedule.work_size * dtype.itemsize:
             return None  # the general path grows the arena (collective)
-        splan = _shm.ShmPlan.build(schedule, self.rank)
-        runner = shm_program.Runner(shm_program.compile_plan(splan, dtype.itemsize, lazy), arena, kernel)
+        runner = shm_program.Runner(_shm.program_for(plan, dtype.itemsize, lazy), arena, kernel)
         isz = dtype.itemsize
         entry = _RunnerEntry(runner, arena, choice, plan.sent_elements[self.rank] * isz,
                              plan.received_elements[self.rank] * isz)
@@ -898,8 +897,9 @@ class Communicator:
         self._schedules.move_to_end(key)
         return key, schedule, topology
 
-    def _schedule_task(self, seq, collective, choice, finish, work, count, dtype, kernel_op, root, source=None):
-        key, schedule, topology = self._schedule(collective, choice, count, root, dtype, kernel_op)
+    def _proc_plan(self, key, schedule) -> tuple[ProcPlan, bool]:
+        """(this process's plan of the schedule, whether switch daemons run its switch nodes), cached by the
+        schedule's key."""
         daemons = self.daemons and schedule.num_nodes > schedule.world_size
         plan_key = (key, daemons)
         plan = self._plans.get(plan_key)
@@ -914,6 +914,11 @@ class Communicator:
             if len(self._plans) > _CACHE_SIZE:
                 self._plans.popitem(last=False)
         self._plans.move_to_end(plan_key)
+        return plan, daemons
+
+    def _schedule_task(self, seq, collective, choice, finish, work, count, dtype, kernel_op, root, source=None):
+        key, schedule, topology = self._schedule(collective, choice, count, root, dtype, kernel_op)
+        plan, daemons = self._proc_plan(key, schedule)
         carrier = self._world.fabric if daemons else self._comm
         L = plan.placement.slots
         tag_base = (seq % ((self._tag_ub + 1) // (L * L))) * L * L

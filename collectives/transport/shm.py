@@ -302,6 +302,24 @@ def _arena_for(comm: MPI.Comm) -> Arena | None | bool:
     return entry if entry is not None else False
 
 
+def shm_plan_for(plan) -> ShmPlan:
+    """The process plan's ShmPlan (built once, kept on the plan)."""
+    splan = getattr(plan, "_shm_plan", None)
+    if splan is None:
+        splan = plan._shm_plan = ShmPlan.build(plan.schedule, plan.proc)
+    return splan
+
+
+def program_for(plan, itemsize: int, lazy: bool) -> shm_program.Program:
+    """The plan runner's program for the process plan (compiled once per element size and input mode, kept on
+    the plan): shared by ShmExecution and the communicator's runner shortcut."""
+    programs = plan.__dict__.setdefault("_shm_programs", {})
+    program = programs.get((itemsize, lazy))
+    if program is None:
+        program = programs[itemsize, lazy] = shm_program.compile_plan(shm_plan_for(plan), itemsize, lazy)
+    return program
+
+
 def eligible(plan, comm: MPI.Comm) -> bool:
     """Can this process plan run over shared memory (before knowing whether the ranks share a host)?"""
     s = plan.schedule
@@ -416,22 +434,14 @@ class ShmExecution:
 
     def _setup_call(self) -> None:
         a, plan = self.arena, self.plan
-        splan = getattr(plan, "_shm_plan", None)
-        if splan is None:
-            splan = plan._shm_plan = ShmPlan.build(plan.schedule, plan.proc)
-        self.splan = splan
+        self.splan = splan = shm_plan_for(plan)
         self.views = a.typed(self.work.dtype, splan.work_size)
         self.mine = self.views[a.rank]
         self.base = int(a.done[a.rank][0])
         work, source = self.work, self.source
         kernel = shm_program.kernel_for(work.dtype, self.kernel_op, work.nbytes)
         if kernel is not None and work.flags.c_contiguous and (source is None or source.flags.c_contiguous):
-            lazy = source is not None
-            programs = plan.__dict__.setdefault("_shm_programs", {})
-            program = programs.get((work.dtype.itemsize, lazy))
-            if program is None:
-                program = programs[work.dtype.itemsize, lazy] = shm_program.compile_plan(
-                    splan, work.dtype.itemsize, lazy)
+            program = program_for(plan, work.dtype.itemsize, source is not None)
             self.runner = shm_program.Runner(program, a, kernel)
             self._started = False
 
@@ -563,4 +573,5 @@ class RunnerExecution:
         pass
 
 
-__all__ = ["Arena", "RunnerExecution", "ShmExecution", "ShmPlan", "eligible", "enabled"]
+__all__ = ["Arena", "RunnerExecution", "ShmExecution", "ShmPlan", "eligible", "enabled", "program_for",
+           "shm_plan_for"]

@@ -71,6 +71,19 @@ class Program:
         return self.rounds[i - 1] if i >= 1 else -1
 
 
+def _copy_words(dst: int, src: int, lo: int, hi: int, itemsize: int) -> tuple[int, ...]:
+    """COPY of elements [lo, hi) from buffer src to the same range of buffer dst (nothing when empty)."""
+    return (COPY, dst, lo * itemsize, src, lo * itemsize, (hi - lo) * itemsize) if hi > lo else ()
+
+
+def _reduce_words(dst: int, sources: list[int], lo: int, hi: int, itemsize: int) -> list[int]:
+    """REDUCE of elements [lo, hi) of every source buffer, in the order given, into the same range of dst."""
+    words = [REDUCE, dst, lo * itemsize, hi - lo, len(sources)]
+    for b in sources:
+        words.extend((b, lo * itemsize))
+    return words
+
+
 def compile_plan(splan, itemsize: int, lazy: bool) -> Program:
     """The runner's program for `splan` (a shm.ShmPlan) with elements of `itemsize` bytes. `lazy`: the node's
     input is read from SOURCE until written (out-of-place call), else it is already in WORK."""
@@ -78,8 +91,7 @@ def compile_plan(splan, itemsize: int, lazy: bool) -> Program:
     origin = SOURCE if lazy else WORK
 
     def copy(dst: int, src: int, lo: int, hi: int) -> None:
-        if hi > lo:
-            words.extend((COPY, dst, lo * itemsize, src, lo * itemsize, (hi - lo) * itemsize))
+        words.extend(_copy_words(dst, src, lo, hi, itemsize))
 
     mine = WINDOW + splan.node
     if splan.writes_window:
@@ -112,9 +124,7 @@ def compile_plan(splan, itemsize: int, lazy: bool) -> Program:
             if g[0].kind == OpKind.RECV_REDUCE:
                 operands.append((splan.node, local))
             operands.sort(key=lambda item: item[0])  # stable, as land_receives
-            words.extend((REDUCE, WORK, a * itemsize, b - a, len(operands)))
-            for _, buf in operands:
-                words.extend((buf, a * itemsize))
+            words.extend(_reduce_words(WORK, [buf for _, buf in operands], a, b, itemsize))
         if r.mirror:
             words.extend((SET_READ, 1 + r.k + 1))  # this round's reads are over
             for q, off in r.mirror_waits:
@@ -208,12 +218,8 @@ class StraightLine:
     def __init__(self, steps, buffers: list[np.ndarray], itemsize: int, kernel: tuple[int, int, int]) -> None:
         words: list[int] = []
         for kind, dst, src, lo, hi in steps:
-            if kind == "copy":
-                words.extend((COPY, dst, lo * itemsize, src, lo * itemsize, (hi - lo) * itemsize))
-            else:
-                words.extend((REDUCE, dst, lo * itemsize, hi - lo, len(src)))
-                for b in src:
-                    words.extend((b, lo * itemsize))
+            words.extend(_copy_words(dst, src, lo, hi, itemsize) if kind == "copy"
+                         else _reduce_words(dst, src, lo, hi, itemsize))
         words.append(END)
         self.code = np.array(words, np.int64)
         self.counter = np.zeros(1, np.int64)  # the runner reads its rank's counter when a call starts

@@ -105,7 +105,7 @@ def test_calibrate_then_predict_and_osu(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "transport round cost" in proc.stdout and "shared-memory windows" in proc.stdout
     cal = json.loads((tmp_path / "cal.json").read_text())["calibration"]
-    assert {"mirror", "land", "reduce"} <= set(cal["window_s"])
+    assert set(cal["window_s"]) == {"copy_round", "reduce_round"}
     # a round may cost nothing measurable over a call (the plan runner), but a call costs something
     assert cal["round_s"] >= 0 and cal["call_overhead_s"] > 0 and cal["transport_round_s"] > 0
     assert all(t > 0 for curve in cal["window_s"].values() for _, t in curve)
@@ -164,40 +164,58 @@ def test_usage_errors_exit_2(tmp_path):
     assert proc.returncode == 2 and "unknown algorithm 'nosuch'" in proc.stderr
 
 
-def test_window_calibration_prices_a_round_as_the_shared_memory_executor_runs_it(tmp_path):
-    """bench --predict with window curves: at p=2 a ring allreduce (two rounds: the half the peer reduces is
-    mirrored and reduced, the result half mirrored and landed) costs 2 rounds + 2 mirrors + land + reduce,
-    plus the per-call cost."""
+def _predict_ring_with(tmp_path, calibration: dict) -> float:
     import numpy as np
 
-    from collectives.benchmark.calibrate import window_overrides
     from collectives.benchmark.runner import Predictor
     from collectives.topology import preset, save
 
-    mirror, land, reduce, per_round, per_call = 10e-6, 20e-6, 50e-6, 15e-6, 30e-6
-    sizes = [64 << 10, 64 << 20]
-    calibration = {"ranks": 2, "window_s": {k: [[d, v] for d in sizes] for k, v in
-                                            (("mirror", mirror), ("land", land), ("reduce", reduce))},
-                   "round_s": per_round, "call_overhead_s": per_call, "exchange_s": [[d, 1e-3] for d in sizes],
-                   "reduce_curve": {"float32": [[d, 1e10] for d in sizes], "float16": [[d, 5e9] for d in sizes]}}
-    over = window_overrides(calibration, 1 << 20, "float16")
-    m = (1 << 20) / 2
-    assert over["nvlink_bandwidth"] == pytest.approx(m / (mirror + land))
-    assert over["reduce_bandwidth"]["float32"] == pytest.approx(m / (reduce - land))
-    assert over["reduce_bandwidth"]["float16"] == pytest.approx(m / (2 * (reduce - land)))  # kernel half as fast
-    assert over["reduce_bandwidth"]["default"] == over["reduce_bandwidth"]["float16"]
     path = tmp_path / "cal.json"
     save(preset("loopback", ranks=2), path)
     data = json.loads(path.read_text())
     data["calibration"] = calibration
     path.write_text(json.dumps(data))
-    predicted = Predictor(str(path), 2, np.dtype(np.float32), "sum", 0).predict("allreduce", "ring", {}, 1 << 20)
-    assert predicted == pytest.approx(per_call + 2 * per_round + 2 * mirror + land + reduce, rel=0.01)
+    return Predictor(str(path), 2, np.dtype(np.float32), "sum", 0).predict("allreduce", "ring", {}, 1 << 20)
 
 
-def test_window_phases_time_each_rep_after_an_untimed_prepare():
-    """calibrate's window phases re-create the executor's cache state before every timed rep (the peer's
-    mirror before a land, its land before a mirror): `prepare` runs once per rep and is not in the time."""
+_SIZES = [64 << 10, 64 << 20]
+_FIXED = {"round_s": 15e-6, "call_overhead_s": 30e-6, "exchange_s": [[d, 1e-3] for d in _SIZES],
+          "reduce_curve": {"float32": [[d, 1e10] for d in _SIZES], "float16": [[d, 5e9] for d in _SIZES]}}
+
+
+def test_window_calibration_prices_a_round_as_the_shared_memory_executor_runs_it(tmp_path):
+    """bench --predict with the round curves: at p=2 a ring allreduce (two rounds: the half the peer reduces is
+    mirrored and reduced, the result half mirrored and landed) costs 2 rounds' latency + a reduce round + a
+    copy round, plus the per-call cost; other dtypes' reductions scale by the kernels' measured throughput."""
+    from collectives.benchmark.calibrate import window_overrides
+
+    copy_round, reduce_round = 30e-6, 70e-6
+    calibration = {"ranks": 2, "window_s": {"copy_round": [[d, copy_round] for d in _SIZES],
+                                            "reduce_round": [[d, reduce_round] for d in _SIZES]}, **_FIXED}
+    over = window_overrides(calibration, 1 << 20, "float16")
+    m = (1 << 20) / 2
+    assert over["nvlink_bandwidth"] == pytest.approx(m / copy_round)
+    assert over["reduce_bandwidth"]["float32"] == pytest.approx(m / (reduce_round - copy_round))
+    assert over["reduce_bandwidth"]["float16"] == pytest.approx(m / (2 * (reduce_round - copy_round)))
+    assert over["reduce_bandwidth"]["default"] == over["reduce_bandwidth"]["float16"]
+    predicted = _predict_ring_with(tmp_path, calibration)
+    assert predicted == pytest.approx(30e-6 + 2 * 15e-6 + copy_round + reduce_round, rel=0.01)
+
+
+def test_calibrations_with_separate_window_phases_still_predict(tmp_path):
+    """A calibration written before the round curves (mirror, land and reduce phases apart) reads as copy round =
+    mirror + land and reduce round = mirror + reduce."""
+    mirror, land, reduce = 10e-6, 20e-6, 50e-6
+    calibration = {"ranks": 2, "window_s": {k: [[d, v] for d in _SIZES] for k, v in
+                                            (("mirror", mirror), ("land", land), ("reduce", reduce))}, **_FIXED}
+    predicted = _predict_ring_with(tmp_path, calibration)
+    assert predicted == pytest.approx(30e-6 + 2 * 15e-6 + 2 * mirror + land + reduce, rel=0.01)
+
+
+def test_window_phases_leave_out_the_barrier_skew_but_never_go_below_a_rank_s_own_time():
+    """With ranks sharing cores a phase is timed as the span less an empty phase's span (the barrier-exit skew,
+    paid once per call); on one rank the span is the rank's own time, so subtracting any skew must give it
+    back, not a shorter (or negative) time."""
     import time
 
     from mpi4py import MPI
@@ -205,7 +223,6 @@ def test_window_phases_time_each_rep_after_an_untimed_prepare():
     from collectives.benchmark.calibrate import _phase
 
     calls = []
-    seconds = _phase(MPI.COMM_SELF, lambda: calls.append("fn"), 4, prepare=lambda: (calls.append("prep"),
-                                                                                    time.sleep(0.02)))
-    assert calls == ["fn"] + ["prep", "fn"] * 4
-    assert seconds < 0.01
+    seconds = _phase(MPI.COMM_SELF, lambda: (calls.append("fn"), time.sleep(0.02)), 3, span=True, skew=1.0)
+    assert calls == ["fn"] * 4  # one untimed warm-up pass, then the reps
+    assert 0.02 <= seconds < 0.5

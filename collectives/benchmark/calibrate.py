@@ -18,12 +18,14 @@ share cores in calibration exactly as they will in `collectives bench`):
    executor runs it: the C plan runner's COPY/REDUCE instructions in one C call per pass, or the Python
    executor's numpy copies and `reduce_into` where the runner does not serve): with the footprint
    of an in-place allreduce (a private buffer and an MPI-3 shared window of D bytes per rank) and pieces of
-   m = D/p bytes, the time per piece to *mirror* (private -> own window), to *land* (peer's window -> private)
-   and to *reduce* (private += peer's window, the kernels), every rank at once, timed from the first rank's
-   start to the last rank's end (one clock on one host): with more ranks than cores, ranks sharing a core
-   serialise, and that time shows it. Before each timed rep the peer re-creates the cache state a call
-   leaves (it mirrors before a land or reduce, lands before a mirror), so a rep pays for fetching lines its
-   peer has just written, as the executor does, rather than re-reading a stale local copy;
+   m = D/p bytes, the time per piece of the executor's two kinds of round, every rank at once: a *copy round*
+   (mirror the piece, private -> own window, then land the peer's, peer's window -> private) and a *reduce
+   round* (mirror, then private += peer's window, the kernels). The peer rewrites its window in every pass, so a
+   land fetches lines the peer has just written (from its cache, or across the socket's fabric when the two
+   cores share no L3), as in a call. With more ranks than cores the time runs from the first rank's start to
+   the last rank's end (one clock on one host), which shows ranks that share a core running one after the
+   other, less the span of an empty phase (how unevenly ranks leave a barrier: 10-25 us with 4 ranks on 2
+   cores, as much as a 64 KiB phase, and paid once per call, in its fixed cost);
 6. the transport's fixed costs with no payload: ring allreduce (2(p-1) rounds) and one_shot allreduce (1 round)
    of tiny arrays, through the same path, give the cost per round (difference / (2p-3)) and per call (the
    ring's time less its rounds);
@@ -33,9 +35,10 @@ share cores in calibration exactly as they will in `collectives bench`):
 The topology is `preset("loopback", ranks=p)` with nvlink_bandwidth = B, nvlink_latency = per-round / 2 and
 reduce_bandwidth = {dtype: measured, "default": float32's}; `calibration` in the JSON keeps the raw numbers.
 `bench --predict` re-parameterises it per size from the window curves (`sized_overrides`): a schedule's
-receive costs a mirror and a land in the shared-memory executor (B = m / (mirror + land)), a receive-reduce a
-mirror and a fused reduce that reads the peer's window in place (the reduce rate is set so that
-transfer + reduce = mirror + reduce); and it adds the per-call cost to the simulated time.
+receive costs a copy round (B = m / copy round), a receive-reduce a reduce round (the reduce rate is set so
+that transfer + reduce = reduce round); and it adds the per-call cost to the simulated time. Calibrations
+written before the round curves (separate mirror / land / reduce phases) are read as mirror + land and
+mirror + reduce.
 """
 
 from __future__ import annotations
@@ -130,21 +133,21 @@ def fit_latency_bandwidth(points: list[tuple[int, float]]) -> tuple[float, float
 
 
 def _concurrent(mpi_comm, fn, reps: int) -> float:
-    """Median seconds of fn() with every rank running it at the same time (barrier before each)."""
-    times = []
+    """Median over reps of the slowest rank's seconds for fn(), every rank running it at once (barrier before
+    each): the statistic `collectives bench` reports (per-iteration maximum over ranks, then the median), so a
+    fixed cost measured here carries the same barrier-exit skew as the calls it prices."""
+    from mpi4py import MPI
+
+    times = np.empty(reps)
     fn()
-    for _ in range(reps):
+    for k in range(reps):
         mpi_comm.Barrier()
         t0 = time.perf_counter()
         fn()
-        times.append(time.perf_counter() - t0)
-    return mpi_comm.allreduce(_median(times), op=_max())
-
-
-def _max():
-    from mpi4py import MPI
-
-    return MPI.MAX
+        times[k] = time.perf_counter() - t0
+    slowest = np.empty_like(times)
+    mpi_comm.Allreduce(times, slowest, MPI.MAX)
+    return _median(slowest)
 
 
 def memcpy_bandwidth(mpi_comm, nbytes: int = 64 << 20, quick: bool = False) -> float:
@@ -183,34 +186,43 @@ def reduce_throughput(mpi_comm, dtypes=DTYPES, nbytes: int = 64 << 20, quick: bo
 WINDOW_SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 
 
-def _phase(mpi_comm, fn, reps: int, prepare=None, span: bool = True) -> float:
-    """Median over reps of fn() run by every rank at once: with `span`, (last rank's end - first rank's start),
-    which shows ranks that share a core running one after the other; without, the slowest rank's own time,
+def _phase(mpi_comm, fn, reps: int, span: bool = True, skew: float = 0.0) -> float:
+    """Median over reps of fn() run by every rank at once: with `span`, (last rank's end - first rank's start)
+    less `skew` (the span of an empty phase, `barrier_skew`), but never less than the slowest rank's own time:
+    that shows ranks that share a core running one after the other; without, the slowest rank's own time,
     which leaves out how unevenly the ranks leave the barrier (a call pays that skew once, in its fixed cost,
-    not once per piece). `prepare()` runs untimed on every rank before each rep (and the barrier after it)."""
+    not once per piece)."""
     from mpi4py import MPI
 
     fn()
     spans = []
     for _ in range(reps):
-        if prepare is not None:
-            prepare()
         mpi_comm.Barrier()
         t0 = time.perf_counter()
         fn()
         t1 = time.perf_counter()
+        own = mpi_comm.allreduce(t1 - t0, op=MPI.MAX)
         if span:
-            spans.append(mpi_comm.allreduce(t1, op=MPI.MAX) - mpi_comm.allreduce(t0, op=MPI.MIN))
+            whole = mpi_comm.allreduce(t1, op=MPI.MAX) - mpi_comm.allreduce(t0, op=MPI.MIN)
+            spans.append(max(whole - skew, own))
         else:
-            spans.append(mpi_comm.allreduce(t1 - t0, op=MPI.MAX))
+            spans.append(own)
         mpi_comm.Barrier()  # nobody starts the next pass (overwriting its window) while a peer still reads it
     return _median(spans)
 
 
+def barrier_skew(mpi_comm, reps: int = 60) -> float:
+    """Median span of an empty phase (`_phase` of a no-op, span timing): how far apart the ranks leave a
+    barrier and reach the end clock when they have nothing to do. With 4 ranks on 2 cores it is ~10-25 us, as
+    much as the data of a 64 KiB phase; a call pays it once (in its measured fixed cost), so the per-piece
+    times leave it out."""
+    return _phase(mpi_comm, lambda: None, reps, span=True)
+
+
 def window_exchange(mpi_comm, sizes=WINDOW_SIZES, quick: bool = False) -> dict[str, list]:
-    """{"mirror"|"land"|"reduce": [[D, seconds per piece], ...]}: the shared-memory executor's three data
-    movements over pieces of D/p bytes of a D-byte buffer (float32), every rank at once, partners r ^ 1 (ranks
-    numbered on their host)."""
+    """{"copy_round"|"reduce_round": [[D, seconds per piece], ...]}: the shared-memory executor's two kinds of
+    round over pieces of D/p bytes of a D-byte buffer (float32), every rank at once, partners r ^ 1 (ranks
+    numbered on their host); see the module docstring, item 5."""
     from mpi4py import MPI
 
     from ..kernels import reduce_into
@@ -221,12 +233,13 @@ def window_exchange(mpi_comm, sizes=WINDOW_SIZES, quick: bool = False) -> dict[s
     node = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED)
     p, here, on_host = mpi_comm.Get_size(), node.Get_rank(), node.Get_size()
     oversubscribed = bool(executor._oversubscribed)  # ranks share cores: time the span (see _phase)
+    skew = barrier_skew(mpi_comm, 20 if quick else 60) if oversubscribed else 0.0
     win = MPI.Win.Allocate_shared(max(sizes), 1, comm=node)
     try:
         partner = here ^ 1 if (here ^ 1) < on_host else here  # a partner on this host (windows are per host)
         mine, _ = win.Shared_query(here)
         theirs, _ = win.Shared_query(partner)
-        out: dict[str, list] = {"mirror": [], "land": [], "reduce": []}
+        out: dict[str, list] = {"copy_round": [], "reduce_round": []}
         for D in sizes:
             n = D // 4
             m = n // p
@@ -237,30 +250,25 @@ def window_exchange(mpi_comm, sizes=WINDOW_SIZES, quick: bool = False) -> dict[s
 
             if kernel is not None:  # the plan runner's own instructions, one C call per pass
                 bufs, line = [x, own, peer], shm_program.StraightLine
-                mirror = line([("copy", 1, 0, s.start, s.stop) for s in pieces], bufs, 4, kernel)
-                land = line([("copy", 0, 2, s.start, s.stop) for s in pieces], bufs, 4, kernel)
-                red = line([("reduce", 0, [0, 2], s.start, s.stop) for s in pieces], bufs, 4, kernel)
+                copy_round = line([w for s in pieces for w in (("copy", 1, 0, s.start, s.stop),
+                                                             ("copy", 0, 2, s.start, s.stop))], bufs, 4, kernel)
+                reduce_round = line([w for s in pieces for w in (("copy", 1, 0, s.start, s.stop),
+                                                               ("reduce", 0, [0, 2], s.start, s.stop))],
+                                    bufs, 4, kernel)
             else:  # the Python executor's operations
-                def mirror(x=x, own=own, pieces=pieces):
+                def copy_round(x=x, own=own, peer=peer, pieces=pieces):
                     for s in pieces:
                         np.copyto(own[s], x[s])
-
-                def land(x=x, peer=peer, pieces=pieces):
-                    for s in pieces:
                         np.copyto(x[s], peer[s])
 
-                def red(x=x, peer=peer, pieces=pieces):
+                def reduce_round(x=x, own=own, peer=peer, pieces=pieces):
                     for s in pieces:
+                        np.copyto(own[s], x[s])
                         reduce_into(x[s], [x[s], peer[s]], "sum")
 
             reps = max(3, _reps(D, quick) // 2)
-            # Each rep starts from the cache state a call of the executor leaves: a rank lands or reduces what
-            # its peer has just mirrored (the lines sit dirty in the peer's cache, or across the socket's
-            # fabric when the two cores do not share an L3), and mirrors over lines its peer has just read.
-            # Without it, reps after the first read a stale local copy (measured: 4 MiB at p = 2 priced at
-            # ~300 us while the executor took 600-700 us on cores without a shared L3).
-            for name, fn, prepare in (("mirror", mirror, land), ("land", land, mirror), ("reduce", red, mirror)):
-                out[name].append([D, _phase(mpi_comm, fn, reps, prepare, span=oversubscribed) / p])
+            for name, fn in (("copy_round", copy_round), ("reduce_round", reduce_round)):
+                out[name].append([D, _phase(mpi_comm, fn, reps, span=oversubscribed, skew=skew) / p])
         return out
     finally:
         win.Free()
@@ -326,7 +334,7 @@ def calibrate(comm, quick: bool = False, log=None) -> dict:
         red = {d: float(np.exp(np.mean(np.log([bw for _, bw in pts])))) for d, pts in red_curve.items()}
         say("transport round and call costs ...")
         fixed = transport_fixed_costs(comm, quick=quick)
-        say("shared-memory windows: mirror, land, reduce ...")
+        say("shared-memory windows: copy and reduce rounds ...")
         window = window_exchange(mpi_comm, quick=quick)
     finally:
         mpi_comm.Free()
@@ -374,14 +382,19 @@ def _interp(points: list, x: float) -> float:
 
 def window_overrides(calibration: dict, nbytes: int, dtype: str) -> dict:
     """Topology parameters for an operation of `nbytes` from the shared-memory window curves (see the module
-    docstring): link bandwidth m / (mirror + land), reduce rate m / (reduce - land) for float32 (other dtypes
-    scaled by the kernels' measured throughput ratio), hop latency half the per-round cost."""
+    docstring): link bandwidth m / copy round, reduce rate m / (reduce round - copy round) for float32 (other
+    dtypes scaled by the kernels' measured throughput ratio), hop latency half the per-round cost."""
     w = calibration["window_s"]
     p = calibration["ranks"]
     m = nbytes / p
-    mirror, land, red = (_interp(w[k], nbytes) for k in ("mirror", "land", "reduce"))
-    bandwidth = m / max(mirror + land, 1e-12)
-    extra = max(red - land, 0.05 * red)  # the reduce's cost beyond the land it replaces (>= 5% of it: noise)
+    if "copy_round" in w:
+        copy_round, reduce_round = (_interp(w[k], nbytes) for k in ("copy_round", "reduce_round"))
+    else:  # a calibration from before the round curves: separate mirror, land and reduce phases
+        mirror, land, reduce_alone = (_interp(w[k], nbytes) for k in ("mirror", "land", "reduce"))
+        copy_round, reduce_round = mirror + land, mirror + reduce_alone
+    bandwidth = m / max(copy_round, 1e-12)
+    # the reduce's cost beyond the land it replaces (>= 5% of the round: noise can make it look free)
+    extra = max(reduce_round - copy_round, 0.05 * reduce_round)
     curves = calibration.get("reduce_curve", {})
     base = _interp(curves["float32"], nbytes) if "float32" in curves else None
     rates = {}

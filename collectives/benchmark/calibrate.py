@@ -19,10 +19,11 @@ share cores in calibration exactly as they will in `collectives bench`):
    executor's numpy copies and `reduce_into` where the runner does not serve): with the footprint
    of an in-place allreduce (a private buffer and an MPI-3 shared window of D bytes per rank) and pieces of
    m = D/p bytes, the time per piece of the executor's two kinds of round, every rank at once: a *copy round*
-   (mirror the piece, private -> own window, then land the peer's, peer's window -> private) and a *reduce
-   round* (mirror, then private += peer's window, the kernels). The peer rewrites its window in every pass, so a
-   land fetches lines the peer has just written (from its cache, or across the socket's fabric when the two
-   cores share no L3), as in a call. With more ranks than cores the time runs from the first rank's start to
+   (mirror a piece, private -> own window, then land the next piece from the peer's window into private) and a
+   *reduce round* (mirror, then private += peer's window for the next piece, the kernels); the next round
+   mirrors the piece just received, as a call forwards what it received. The peer rewrites its window in every
+   pass, so a land fetches lines the peer has just written (from its cache, or across the socket's fabric when
+   the two cores share no L3), as in a call. With more ranks than cores the time runs from the first rank's start to
    the last rank's end (one clock on one host), which shows ranks that share a core running one after the
    other, less the span of an empty phase (how unevenly ranks leave a barrier: 10-25 us with 4 ranks on 2
    cores, as much as a 64 KiB phase, and paid once per call, in its fixed cost);
@@ -247,24 +248,28 @@ def window_exchange(mpi_comm, sizes=WINDOW_SIZES, quick: bool = False) -> dict[s
             own = np.frombuffer(mine, np.float32, n)
             peer = np.frombuffer(theirs, np.float32, n)
             pieces = [slice(i * m, (i + 1) * m) for i in range(p)]
+            # round k mirrors piece k and receives piece k + 1, which round k + 1 mirrors: what a rank receives
+            # in one round it sends in the next (a ring's partial sums, Rabenseifner's halves, a tree's sums
+            # on their way up), so a mirror reads lines the step before it has just written, as in a call
+            rounds = list(zip(pieces, pieces[1:] + pieces[:1], strict=True))
 
             if kernel is not None:  # the plan runner's own instructions, one C call per pass
                 bufs, line = [x, own, peer], shm_program.StraightLine
-                copy_round = line([w for s in pieces for w in (("copy", 1, 0, s.start, s.stop),
-                                                             ("copy", 0, 2, s.start, s.stop))], bufs, 4, kernel)
-                reduce_round = line([w for s in pieces for w in (("copy", 1, 0, s.start, s.stop),
-                                                               ("reduce", 0, [0, 2], s.start, s.stop))],
+                copy_round = line([w for s, t in rounds for w in (("copy", 1, 0, s.start, s.stop),
+                                                                 ("copy", 0, 2, t.start, t.stop))], bufs, 4, kernel)
+                reduce_round = line([w for s, t in rounds for w in (("copy", 1, 0, s.start, s.stop),
+                                                                   ("reduce", 0, [0, 2], t.start, t.stop))],
                                     bufs, 4, kernel)
             else:  # the Python executor's operations
-                def copy_round(x=x, own=own, peer=peer, pieces=pieces):
-                    for s in pieces:
+                def copy_round(x=x, own=own, peer=peer, rounds=rounds):
+                    for s, t in rounds:
                         np.copyto(own[s], x[s])
-                        np.copyto(x[s], peer[s])
+                        np.copyto(x[t], peer[t])
 
-                def reduce_round(x=x, own=own, peer=peer, pieces=pieces):
-                    for s in pieces:
+                def reduce_round(x=x, own=own, peer=peer, rounds=rounds):
+                    for s, t in rounds:
                         np.copyto(own[s], x[s])
-                        reduce_into(x[s], [x[s], peer[s]], "sum")
+                        reduce_into(x[t], [x[t], peer[t]], "sum")
 
             reps = max(3, _reps(D, quick) // 2)
             for name, fn in (("copy_round", copy_round), ("reduce_round", reduce_round)):

@@ -105,3 +105,16 @@ def test_small_message_shortcut_matches_mpi(world_size, persistent, runner, monk
     assert result["runner"] == (runner == "1")
     if runner == "0":
         assert (result["cached"] > 0) == (persistent == "1")
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU affinity is Linux-only")
+def test_ranks_bound_to_a_core_each_do_not_count_as_sharing_cores():
+    """`mpiexec -bind-to core` gives each rank one CPU: ranks share cores only if the union of their affinities is
+    smaller than their number (each rank's own set of 1 CPU once made 2 bound ranks on 2 cores yield the CPU on
+    every poll, as if 4 ranks shared 2 cores)."""
+    result = launch(["-bind-to", "core", "-n", "2", sys.executable, str(PROGRAMS / "host_layout.py")], timeout=60)
+    affinities = result["affinities"]
+    if any(len(cpus) != 1 for cpus in affinities):
+        pytest.skip(f"mpiexec did not bind the ranks to one CPU each here: {affinities}")
+    cores = len({cpu for cpus in affinities for cpu in cpus})
+    assert result["oversubscribed"] == (cores < 2)

@@ -44,7 +44,6 @@ mirror + reduce.
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 
@@ -271,7 +270,7 @@ def window_exchange(mpi_comm, sizes=WINDOW_SIZES, quick: bool = False) -> dict[s
                         np.copyto(own[s], x[s])
                         reduce_into(x[t], [x[t], peer[t]], "sum")
 
-            reps = max(3, _reps(D, quick) // 2)
+            reps = max(3, _reps(D, quick))  # two phases per size (three before the round curves, at half this)
             for name, fn in (("copy_round", copy_round), ("reduce_round", reduce_round)):
                 out[name].append([D, _phase(mpi_comm, fn, reps, span=oversubscribed, skew=skew) / p])
         return out
@@ -305,10 +304,9 @@ def host_cores(mpi_comm) -> dict[str, int]:
     most ranks on one host}: with more ranks than cores they share cores (benchmark/cores.py)."""
     from mpi4py import MPI
 
-    try:
-        mine = sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        mine = list(range(os.cpu_count() or 1))
+    from ..transport.executor import own_cpus
+
+    mine = sorted(own_cpus())
     node = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
         cpus = set().union(*node.allgather(mine))

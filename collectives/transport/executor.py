@@ -288,13 +288,22 @@ _oversubscribed = False
 _host_ranks = 1  # most ranks of one communicator seen on this host (choice.py: can shared memory serve a call?)
 
 
-def note_host_ranks(local_ranks: int) -> None:
-    """Record how many ranks share this host: more ranks than cores makes waiters yield the CPU on every poll."""
-    global _oversubscribed, _host_ranks
+def own_cpus() -> set[int]:
+    """The CPUs this process may run on (its affinity; every CPU where affinity is not available)."""
     try:
-        cores = len(os.sched_getaffinity(0))
+        return set(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
+        return set(range(os.cpu_count() or 1))
+
+
+def note_host_ranks(local_ranks: int, cores: int | None = None) -> None:
+    """Record how many ranks share this host and how many cores they may use between them (the union of their
+    affinities; default this process's): more ranks than cores makes waiters yield the CPU on every poll.
+    The union, not one rank's own set: ranks that `mpiexec -bind-to core` pins to a core each have one CPU
+    apiece and still do not share one."""
+    global _oversubscribed, _host_ranks
+    if cores is None:
+        cores = len(own_cpus())
     _oversubscribed = _oversubscribed or local_ranks > cores
     _host_ranks = max(_host_ranks, local_ranks)
     # Ranks share the host's cores: a rank splits its large reductions over its share only (unless the user

@@ -91,8 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-b", default="64K")
     ap.add_argument("-e", default="64M")
     ap.add_argument("--out", default="fidelity-results", help="directory for calibrations and bench JSON")
-    ap.add_argument("--calibrate", choices=("each", "once"), default="each",
-                    help="calibrate before every run (default) or once per world size")
+    ap.add_argument("--calibrate", choices=("inline", "each", "once"), default="inline",
+                    help="inline (default): each bench launch calibrates first (bench --calibrate), so both see "
+                         "one placement of ranks on cores; each: a calibrate launch before every bench launch; "
+                         "once: one calibrate launch per world size")
     ap.add_argument("--check", action="store_true", help=f"exit 1 unless every prediction is within {TOLERANCE * 100:.0f}%%")
     ap.add_argument("--tabulate", action="store_true",
                     help="measure nothing: print the tables from DIR/benchN-R.json of an earlier run")
@@ -117,12 +119,12 @@ def main(argv: list[str] | None = None) -> int:
             if args.tabulate:
                 runs.append(json.loads(path.read_text()))
                 continue
-            cal = out / f"cal{n}-{r if args.calibrate == 'each' else 0}.json"
-            if args.calibrate == "each" or r == 0:
+            cal = out / f"cal{n}-{0 if args.calibrate == 'once' else r}.json"
+            if args.calibrate == "each" or (args.calibrate == "once" and r == 0):
                 run([*launch, "-n", str(n), cli, "calibrate", "--out", str(cal), "--no-default"], args.timeout)
             run([*launch, "-n", str(n), cli, "bench", "allreduce", "-b", args.b, "-e", args.e, "-f", "4",
                  "--algorithms", args.algorithms, "--predict", str(cal), "--stat", "median", "-c", "0",
-                 "--json", str(path)], args.timeout)
+                 "--json", str(path), *(["--calibrate"] if args.calibrate == "inline" else [])], args.timeout)
             runs.append(json.loads(path.read_text()))
         lines, ok, count = table(n, runs)
         print("\n".join(lines) + "\n", flush=True)

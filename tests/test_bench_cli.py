@@ -226,3 +226,21 @@ def test_window_phases_leave_out_the_barrier_skew_but_never_go_below_a_rank_s_ow
     seconds = _phase(MPI.COMM_SELF, lambda: (calls.append("fn"), time.sleep(0.02)), 3, span=True, skew=1.0)
     assert calls == ["fn"] * 4  # one untimed warm-up pass, then the reps
     assert 0.02 <= seconds < 0.5
+
+
+@needs_mpi
+def test_bench_calibrates_in_its_own_launch_then_predicts(tmp_path):
+    """`bench --calibrate --predict FILE` measures the host first (as `collectives calibrate`), writes FILE and
+    predicts from it; without --predict it is a usage error on every rank, before anything is measured."""
+    proc = mpirun(2, "bench", "allreduce", "-b", "64K", "-e", "64K", "--algorithms", "ring", "--calibrate",
+                  tmp_path=tmp_path)
+    assert proc.returncode == 2 and "--calibrate needs --predict FILE" in proc.stderr
+    assert "# calibrate:" not in proc.stderr
+    proc = mpirun(2, "bench", "allreduce", "-b", "64K", "-e", "64K", "--algorithms", "ring", "--calibrate",
+                  "--predict", "here.json", "-n", "2", "-w", "1", "--json", "m.json", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cal = json.loads((tmp_path / "here.json").read_text())["calibration"]
+    assert cal["ranks"] == 2 and set(cal["window_s"]) == {"copy_round", "reduce_round"}
+    assert not (tmp_path / "default-calibration.json").exists()  # like calibrate --no-default
+    measured = json.loads((tmp_path / "m.json").read_text())["measurements"]
+    assert measured and all(m["predicted_us"] > 0 for m in measured)

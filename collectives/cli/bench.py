@@ -44,6 +44,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--predict", metavar="TOPOLOGY.json",
                    help="add the simulator's predicted time (us) on this saved topology (collectives calibrate "
                         "writes one); native rows read n/a, auto rows predict the algorithm auto ran")
+    p.add_argument("--calibrate", action="store_true",
+                   help="with --predict FILE: first measure this host in this same launch (as `collectives "
+                        "calibrate --out FILE --no-default`), then predict from it, so calibration and "
+                        "measurement see the machine in one state (the ranks' placement on cores is the "
+                        "launch's)")
     p.add_argument("--comm-check", default="off", choices=("off", "metadata", "full"),
                    help="the communicator's call agreement (default off: the collective alone, as nccl-tests and "
                         "OSU measure MPI's; metadata, the library's default for applications, adds one small "
@@ -99,7 +104,12 @@ def run(args) -> int:
     comm = init(check=args.comm_check)
     try:
         try:
-            bench = Bench(comm, _options(args, comm.size))
+            opts = _options(args, comm.size)
+            if args.calibrate:
+                if not args.predict:
+                    raise ValueError("--calibrate needs --predict FILE (where the calibration is written)")
+                _calibrate_into(comm, args.predict)
+            bench = Bench(comm, opts)
         except (ValueError, TypeError, OSError) as exc:  # the same on every rank: all exit 2 together
             if comm.rank == 0:
                 print(f"collectives bench: error: {exc}", file=sys.stderr)
@@ -108,3 +118,21 @@ def run(args) -> int:
         return int(comm.mpi_comm.allreduce(status, op=MPI.MAX))
     finally:
         comm.close()
+
+
+def _calibrate_into(comm, path: str) -> None:
+    """`collectives calibrate --out path --no-default` in this launch; every rank returns once the file exists."""
+    from .calibrate import measure_and_save
+
+    def log(msg: str) -> None:
+        if comm.rank == 0:
+            print(f"# calibrate: {msg}", file=sys.stderr, flush=True)
+
+    failed = None
+    try:
+        measure_and_save(comm, [path], log=log)
+    except OSError as exc:  # rank 0 could not write the file: every rank reports it (below)
+        failed = f"cannot write the calibration to {path}: {exc}"
+    failed = comm.mpi_comm.bcast(failed, root=0)
+    if failed:
+        raise OSError(failed)

@@ -29,9 +29,31 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def run(args) -> int:
+def measure_and_save(comm, paths: list[str], quick: bool = False, json_path: str | None = None, log=None):
+    """Calibrate over `comm` (every rank) and, on rank 0, write the topology with its calibration to each of
+    `paths` and the raw numbers to `json_path`. Returns (numbers, topology, written paths); rank 0's paths only."""
     from ..benchmark.calibrate import calibrate, calibration_entry, topology_from
-    from ..topology import calibration_path, save
+    from ..topology import save
+
+    numbers = calibrate(comm, quick=quick, log=log)
+    topo = topology_from(numbers)
+    written = []
+    if comm.rank == 0:
+        for path in paths:
+            out = save(topo, path)
+            data = json.loads(out.read_text())
+            data["calibration"] = calibration_entry(numbers)  # raw curves: metadata, topology.load ignores it
+            out.write_text(json.dumps(data, indent=2) + "\n")
+            written.append(str(out))
+        if json_path:
+            with open(json_path, "w") as f:
+                json.dump(numbers, f, indent=1)
+                f.write("\n")
+    return numbers, topo, written
+
+
+def run(args) -> int:
+    from ..topology import calibration_path
     from ..transport import init
 
     comm = init(check=args.comm_check)
@@ -40,25 +62,12 @@ def run(args) -> int:
             if comm.rank == 0:
                 print(f"# {msg}", file=sys.stderr, flush=True)
 
-        numbers = calibrate(comm, quick=args.quick, log=log)
-        if comm.rank != 0:
-            return 0
-        topo = topology_from(numbers)
         targets = [args.out] if args.out else []
         if not args.no_default:
             targets.append(str(calibration_path()))
-        written = []
-        for path in targets:
-            out = save(topo, path)
-            data = json.loads(out.read_text())
-            data["calibration"] = calibration_entry(numbers)  # raw curves: metadata, topology.load ignores it
-            out.write_text(json.dumps(data, indent=2) + "\n")
-            written.append(str(out))
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(numbers, f, indent=1)
-                f.write("\n")
-        _report(numbers, topo, written)
+        numbers, topo, written = measure_and_save(comm, targets, args.quick, args.json, log)
+        if comm.rank == 0:
+            _report(numbers, topo, written)
         return 0
     finally:
         comm.close()

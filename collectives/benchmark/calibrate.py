@@ -15,18 +15,22 @@ share cores in calibration exactly as they will in `collectives bench`):
    (`nvlink_latency`) is half of it.
 
 5. the shared-memory executor's data movement at each operation size D (`window_exchange`, timed as the
-   executor runs it: the C plan runner's COPY/REDUCE instructions in one C call per pass, or the Python
-   executor's numpy copies and `reduce_into` where the runner does not serve): with the footprint
-   of an in-place allreduce (a private buffer and an MPI-3 shared window of D bytes per rank) and pieces of
-   m = D/p bytes, the time per piece of the executor's two kinds of round, every rank at once: a *copy round*
-   (mirror a piece, private -> own window, then land the next piece from the peer's window into private) and a
-   *reduce round* (mirror, then private += peer's window for the next piece, the kernels); the next round
-   mirrors the piece just received, as a call forwards what it received. The peer rewrites its window in every
-   pass, so a land fetches lines the peer has just written (from its cache, or across the socket's fabric when
-   the two cores share no L3), as in a call. With more ranks than cores the time runs from the first rank's start to
-   the last rank's end (one clock on one host), which shows ranks that share a core running one after the
-   other, less the span of an empty phase (how unevenly ranks leave a barrier: 10-25 us with 4 ranks on 2
-   cores, as much as a 64 KiB phase, and paid once per call, in its fixed cost);
+   executor runs it: the C plan runner's instructions in one C call per pass, or the Python executor's numpy
+   copies and `reduce_into` where the runner does not serve): with the footprint of an in-place allreduce (a
+   private buffer and an MPI-3 shared window of D bytes per rank) and pieces of m = D/p bytes, the time per
+   piece of the executor's two kinds of round, every rank at once: a *copy round* (mirror a piece, private ->
+   own window, publish a counter, wait for the left neighbour's, land the piece it mirrored, its window ->
+   private) and a *reduce round* (the same with private += its window, the kernels). Round k mirrors what round
+   k - 1 received, as a call forwards what it received, so a mirror reads lines just written and a land fetches
+   lines the neighbour has just written (from its cache, or across the socket's fabric when the two cores share
+   no L3); the waits interleave ranks that share a core as a call does (without them a rank ran its whole pass
+   before or after its core-mate's, and one launch priced 4 MiB at p = 4 on 2 cores at a quarter of the
+   executor's time, another at 1.6x, depending on which ranks shared a core). The same pass without data gives the rounds' synchronisation, left
+   out of the curves (the model charges it as each round's latency, item 6). With more ranks than cores a pass
+   is timed from the first rank's start to the last rank's end (one clock on one host), which shows ranks that
+   share a core running one after the other, less the span of an empty phase (how unevenly ranks leave a
+   barrier: 10-25 us with 4 ranks on 2 cores, as much as a 64 KiB pass, and paid once per call, in its fixed
+   cost);
 6. the transport's fixed costs with no payload: ring allreduce (2(p-1) rounds) and one_shot allreduce (1 round)
    of tiny arrays, through the same path, give the cost per round (difference / (2p-3)) and per call (the
    ring's time less its rounds);
@@ -219,10 +223,11 @@ def barrier_skew(mpi_comm, reps: int = 60) -> float:
     return _phase(mpi_comm, lambda: None, reps, span=True)
 
 
-def window_exchange(mpi_comm, sizes=WINDOW_SIZES, quick: bool = False) -> dict[str, list]:
-    """{"copy_round"|"reduce_round": [[D, seconds per piece], ...]}: the shared-memory executor's two kinds of
-    round over pieces of D/p bytes of a D-byte buffer (float32), every rank at once, partners r ^ 1 (ranks
-    numbered on their host); see the module docstring, item 5."""
+def window_exchange(mpi_comm, sizes=WINDOW_SIZES, quick: bool = False) -> tuple[dict[str, list], float]:
+    """({"copy_round"|"reduce_round": [[D, seconds per piece], ...]}, sync seconds per round): the shared-memory
+    executor's two kinds of round over pieces of D/p bytes of a D-byte buffer (float32), every rank at once, each
+    rank's peer its left neighbour on the host, less the rounds' synchronisation (the same pass without data,
+    returned second); see the module docstring, item 5."""
     from mpi4py import MPI
 
     from ..kernels import reduce_into
@@ -235,31 +240,51 @@ def window_exchange(mpi_comm, sizes=WINDOW_SIZES, quick: bool = False) -> dict[s
     oversubscribed = bool(executor._oversubscribed)  # ranks share cores: time the span (see _phase)
     skew = barrier_skew(mpi_comm, 20 if quick else 60) if oversubscribed else 0.0
     win = MPI.Win.Allocate_shared(max(sizes), 1, comm=node)
+    flags = MPI.Win.Allocate_shared(8, 8, comm=node)  # one counter per rank, as the runner's control window
     try:
-        partner = here ^ 1 if (here ^ 1) < on_host else here  # a partner on this host (windows are per host)
+        left = (here - 1) % on_host  # the peer on this host (windows are per host) whose window a rank reads
         mine, _ = win.Shared_query(here)
-        theirs, _ = win.Shared_query(partner)
+        theirs, _ = win.Shared_query(left)
+        counters = [np.frombuffer(flags.Shared_query(q)[0], np.int64, 1) for q in range(on_host)]
+        counters[here][0] = 0
+        node.Barrier()
+
+        def rounds_of(pieces):
+            """(sent, received) per round: round k mirrors piece here - k and receives piece here - k - 1 from the
+            left neighbour (which mirrored it in that round), and mirrors that one next: what a rank receives in
+            one round it sends in the next (a ring's partial sums, Rabenseifner's halves, a tree's sums on their
+            way up), so a mirror reads lines the step before it has just written, as in a call."""
+            return [(pieces[(here - k) % p], pieces[(here - k - 1) % p]) for k in range(p)]
+
+        def program(buffers, rounds, reduce: bool):
+            """The runner's instructions for one pass: per round mirror, publish, wait for the left neighbour's
+            publish (yielding the CPU as the executor does when ranks share cores), then land or reduce."""
+            steps = []
+            for k, (s, t) in enumerate(rounds):
+                steps += [("copy", 1, 0, s.start, s.stop), ("publish", k + 1), ("wait", left, k + 1),
+                          ("reduce", 0, [0, 2], t.start, t.stop) if reduce else ("copy", 0, 2, t.start, t.stop)]
+            line = shm_program.StraightLine(steps, buffers, 4, kernel, counters, here)
+            return lambda: line(1024, int(oversubscribed))
+
         out: dict[str, list] = {"copy_round": [], "reduce_round": []}
+        sync = 0.0
+        if kernel is not None:
+            empty = np.zeros(p, np.float32)
+            nothing = [slice(0, 0)] * p
+            sync = _phase(mpi_comm, program([empty, empty, empty], rounds_of(nothing), False), 60 if not quick
+                          else 20, span=oversubscribed, skew=skew) / p
         for D in sizes:
             n = D // 4
             m = n // p
             x = np.ones(n, np.float32)
             own = np.frombuffer(mine, np.float32, n)
             peer = np.frombuffer(theirs, np.float32, n)
-            pieces = [slice(i * m, (i + 1) * m) for i in range(p)]
-            # round k mirrors piece k and receives piece k + 1, which round k + 1 mirrors: what a rank receives
-            # in one round it sends in the next (a ring's partial sums, Rabenseifner's halves, a tree's sums
-            # on their way up), so a mirror reads lines the step before it has just written, as in a call
-            rounds = list(zip(pieces, pieces[1:] + pieces[:1], strict=True))
+            rounds = rounds_of([slice(i * m, (i + 1) * m) for i in range(p)])
 
             if kernel is not None:  # the plan runner's own instructions, one C call per pass
-                bufs, line = [x, own, peer], shm_program.StraightLine
-                copy_round = line([w for s, t in rounds for w in (("copy", 1, 0, s.start, s.stop),
-                                                                 ("copy", 0, 2, t.start, t.stop))], bufs, 4, kernel)
-                reduce_round = line([w for s, t in rounds for w in (("copy", 1, 0, s.start, s.stop),
-                                                                   ("reduce", 0, [0, 2], t.start, t.stop))],
-                                    bufs, 4, kernel)
-            else:  # the Python executor's operations
+                copy_round = program([x, own, peer], rounds, False)
+                reduce_round = program([x, own, peer], rounds, True)
+            else:  # the Python executor's operations (without the rounds' synchronisation)
                 def copy_round(x=x, own=own, peer=peer, rounds=rounds):
                     for s, t in rounds:
                         np.copyto(own[s], x[s])
@@ -270,11 +295,15 @@ def window_exchange(mpi_comm, sizes=WINDOW_SIZES, quick: bool = False) -> dict[s
                         np.copyto(own[s], x[s])
                         reduce_into(x[t], [x[t], peer[t]], "sum")
 
-            reps = max(3, _reps(D, quick))  # two phases per size (three before the round curves, at half this)
+            reps = max(3, _reps(D, quick))
             for name, fn in (("copy_round", copy_round), ("reduce_round", reduce_round)):
-                out[name].append([D, _phase(mpi_comm, fn, reps, span=oversubscribed, skew=skew) / p])
-        return out
+                whole = _phase(mpi_comm, fn, reps, span=oversubscribed, skew=skew) / p
+                # the data's share; the synchronisation is the per-round latency (round_s) in the model
+                out[name].append([D, max(whole - sync, 0.1 * whole)])
+        return out, sync
     finally:
+        node.Barrier()  # no rank frees the windows while a neighbour may still read them
+        flags.Free()
         win.Free()
         node.Free()
 
@@ -338,7 +367,7 @@ def calibrate(comm, quick: bool = False, log=None) -> dict:
         say("transport round and call costs ...")
         fixed = transport_fixed_costs(comm, quick=quick)
         say("shared-memory windows: copy and reduce rounds ...")
-        window = window_exchange(mpi_comm, quick=quick)
+        window, sync_round = window_exchange(mpi_comm, quick=quick)
     finally:
         mpi_comm.Free()
     return {"ranks": comm.size, "oversubscribed": bool(executor._oversubscribed), "comm_check": comm.check,
@@ -346,6 +375,7 @@ def calibrate(comm, quick: bool = False, log=None) -> dict:
             "pingpong_one_way_s": [[n, t] for n, t in pp], "p2p_latency_s": a, "p2p_bandwidth": B,
             "exchange_s": [[n, t] for n, t in ex], "exchange_latency_s": ex_a, "exchange_bandwidth": ex_B,
             "memcpy_bandwidth": copy_bw, "reduce_bandwidth": red, "reduce_curve": red_curve, "window_s": window,
+            "sync_round_s": sync_round,
             **fixed}
 
 
@@ -372,6 +402,7 @@ def calibration_entry(numbers: dict) -> dict:
             "exchange_s": numbers["exchange_s"], "reduce_curve": numbers["reduce_curve"],
             "p2p_latency_s": numbers["p2p_latency_s"], "p2p_bandwidth": numbers["p2p_bandwidth"],
             "memcpy_bandwidth": numbers["memcpy_bandwidth"], "window_s": numbers["window_s"],
+            "sync_round_s": numbers.get("sync_round_s", 0.0),
             "round_s": numbers["round_s"], "call_overhead_s": numbers["call_overhead_s"],
             **{k: numbers[k] for k in ("cores", "ranks_per_host", "comm_check") if k in numbers}}
 

@@ -97,6 +97,8 @@ def _report(numbers: dict, topo, written: list[str]) -> None:
         print(f"# {'D (B)':>12}  {'copy round':>11}  {'reduce round':>12}")
         for (d, a), (_, b) in zip(w["copy_round"], w["reduce_round"], strict=True):
             print(f"  {d:12d}  {a * 1e6:11.2f}  {b * 1e6:12.2f}")
+        print(f"round synchronisation    : {numbers.get('sync_round_s', 0.0) * 1e6:.2f} us per round (left out of "
+              "the rounds above)")
         print(f"transport fixed costs    : {numbers['round_s'] * 1e6:.2f} us per round, "
               f"{numbers['call_overhead_s'] * 1e6:.2f} us per call")
     print("reduce_into 2 inputs     : " + ", ".join(f"{k} {v / 1e9:.2f}" for k, v in numbers["reduce_bandwidth"].items())

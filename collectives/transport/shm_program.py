@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -210,31 +211,51 @@ class Runner:
 
 
 class StraightLine:
-    """A program without waits over fixed buffers, run in one C call: `collectives calibrate` times the
-    runner's own COPY and REDUCE instructions with it (what a call of the runner pays per piece, without
-    Python's per-call cost in between). `steps` are ("copy", dst, src, lo, hi) or ("reduce", dst, [srcs], lo,
-    hi), buffers by index and ranges in elements of `itemsize` bytes."""
+    """A fixed program over fixed buffers, run in one C call: `collectives calibrate` times the runner's own
+    COPY and REDUCE instructions with it (what a call of the runner pays per piece, without Python's per-call
+    cost in between). `steps` are ("copy", dst, src, lo, hi) or ("reduce", dst, [srcs], lo, hi), buffers by
+    index and ranges in elements of `itemsize` bytes, and, given `counters` (each rank's int64 counter in a
+    shared window, this rank's at index `me`), ("publish", k) and ("wait", rank, k): set this rank's counter to
+    its value at the start of the pass + k, wait until `rank`'s reaches that. Every rank must run the same
+    number of passes (the counters advance in step)."""
 
-    def __init__(self, steps, buffers: list[np.ndarray], itemsize: int, kernel: tuple[int, int, int]) -> None:
+    def __init__(self, steps, buffers: list[np.ndarray], itemsize: int, kernel: tuple[int, int, int],
+                 counters: list[np.ndarray] | None = None, me: int = 0) -> None:
         words: list[int] = []
-        for kind, dst, src, lo, hi in steps:
-            words.extend(_copy_words(dst, src, lo, hi, itemsize) if kind == "copy"
-                         else _reduce_words(dst, src, lo, hi, itemsize))
+        for kind, *args in steps:
+            if kind == "copy":
+                words.extend(_copy_words(*args, itemsize))
+            elif kind == "reduce":
+                words.extend(_reduce_words(*args, itemsize))
+            elif kind == "publish" and counters is not None:
+                words.extend((PUBLISH, args[0]))
+            elif kind == "wait" and counters is not None:
+                words.extend((WAIT_DONE, args[0], args[1]))
+            else:
+                raise ValueError(f"straight-line step {kind!r} is not copy/reduce (or publish/wait with counters)")
         words.append(END)
         self.code = np.array(words, np.int64)
-        self.counter = np.zeros(1, np.int64)  # the runner reads its rank's counter when a call starts
+        self.counters = counters if counters is not None else [np.zeros(1, np.int64)]
         self.keep = [ffi.from_buffer(b.view(np.uint8)) for b in buffers]
         self.pointers = ffi.new("char *[]", self.keep)
-        counter = ffi.new("int64_t *[]", [ffi.cast("int64_t *", ffi.from_buffer(self.counter))])
+        counter = ffi.new("int64_t *[]", [ffi.cast("int64_t *", ffi.from_buffer(c)) for c in self.counters])
         call = self.call = ffi.new("struct coll_plan_call *")
         call.code = ffi.cast("int64_t *", ffi.from_buffer(self.code))
         call.buffers = self.pointers
         call.done = call.read = counter
+        call.me = me
         call.kind, call.dtype, call.op = kernel
         self.keep.append(counter)
+        self.waits = counters is not None
 
-    def __call__(self) -> None:
-        rc = lib.coll_plan_run(self.call, 0, 0, 1)
+    def __call__(self, polls: int = 1024, yield_cpu: int = 0, timeout: float = 60.0) -> None:
+        rc = lib.coll_plan_run(self.call, polls if self.waits else 0, yield_cpu, 1)
+        deadline = None
+        while rc == 1:  # a wait did not pass within the polls: poll on (bounded: a missing peer must not hang)
+            deadline = deadline or time.monotonic() + timeout
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"straight-line program: rank {self.call.waiting} did not publish in {timeout} s")
+            rc = lib.coll_plan_run(self.call, polls, yield_cpu, 0)
         if rc != 0:
             raise RuntimeError(f"straight-line program failed ({rc})")
 

@@ -1,17 +1,20 @@
-"""Measured vs predicted allreduce times: `collectives calibrate`, then `collectives bench --predict`, repeated.
+"""Measured vs predicted allreduce times: `collectives bench --calibrate --predict`, repeated.
 
     python bench/fidelity.py [--ranks 2 4] [--runs 3] [--algorithms ring,double_binary_tree,rabenseifner]
-                             [-b 64K] [-e 64M] [--out DIR] [--calibrate each|once] [--check] [--tabulate]
+                             [-b 64K] [-e 64M] [--out DIR] [--calibrate inline|each|once] [--bind core|none]
+                             [--check] [--tabulate]
 
-For each world size N and each of `--runs` runs: `mpiexec -n N collectives calibrate --out DIR/calN-R.json
---no-default` (with --calibrate once: one calibration for all runs), then `mpiexec -n N collectives bench
-allreduce -b .. -e .. -f 4 --algorithms .. --predict DIR/calN-R.json --stat median -c 0 --json DIR/benchN-R.json`.
-Each run pairs a prediction with a measurement taken seconds after its calibration; the measured and predicted
-times of a (size, algorithm) are the medians over the runs. On a machine shared with other tenants the same
-schedule's time moves by up to 2-3x from one minute to the next (seen here: 4 MiB at p = 2 took 265 us in one
-run and 700 us in the next; 1 MiB took 148 us for one algorithm and 105 us for the identical two-round schedule
-of another): pairing keeps calibration and measurement in the same state of the machine, and the median over
-runs rejects a run that a disturbance hit, where more iterations inside one run do not.
+For each world size N and each of `--runs` runs: `mpiexec -bind-to core -n N collectives bench allreduce -b ..
+-e .. -f 4 --algorithms .. --calibrate --predict DIR/calN-R.json --stat median -c 0 --json DIR/benchN-R.json`:
+the launch first calibrates (as `collectives calibrate --out DIR/calN-R.json --no-default`), then measures and
+predicts from that calibration. With --calibrate each, a separate `collectives calibrate` launch precedes every
+bench launch; with once, one calibration serves all runs. The measured and predicted times of a (size,
+algorithm) are the medians over the runs. On a machine shared with other tenants the same schedule's time
+moves by up to 2-3x from one minute to the next (seen here: 4 MiB at p = 2 took 265 us in one run and 700 us
+in the next; 1 MiB took 148 us for one algorithm and 105 us for the identical two-round schedule of another):
+pairing keeps calibration and measurement in the same state of the machine (and, in one launch, the same
+placement of ranks on cores), and the median over runs rejects a run that a disturbance hit, where more
+iterations inside one run do not.
 
 Prints one markdown table per N (size, algorithm, each run's in-place time and prediction, their medians, error,
 within 25%) and a summary line; --check exits 1 unless every prediction is within 25% of the measurement.
@@ -99,9 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tabulate", action="store_true",
                     help="measure nothing: print the tables from DIR/benchN-R.json of an earlier run")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per mpiexec launch")
-    ap.add_argument("--bind", choices=("core", "none"), default="none",
-                    help="none (default: as `mpiexec -n N` launches) or core: `mpiexec -bind-to core` (ranks that "
-                         "never move between cores; on the 2-core VM it halved n=4 times below 4 MiB)")
+    ap.add_argument("--bind", choices=("core", "none"), default="core",
+                    help="core (default): `mpiexec -bind-to core`, ranks pinned round-robin to the cores, so every "
+                         "launch places them alike; none: as a plain `mpiexec -n N` (the OS places and moves the "
+                         "ranks: with 4 ranks on 2 cores a launch's times then differ from the next by up to 2x)")
     args = ap.parse_args(argv)
     if args.runs < 1 or any(n < 2 for n in args.ranks):
         ap.error("--runs must be >= 1 and every --ranks >= 2 (the simulator predicts nothing at 1 rank)")

@@ -240,7 +240,7 @@ def window_exchange(mpi_comm, sizes=WINDOW_SIZES, quick: bool = False) -> tuple[
     oversubscribed = bool(executor._oversubscribed)  # ranks share cores: time the span (see _phase)
     skew = barrier_skew(mpi_comm, 20 if quick else 60) if oversubscribed else 0.0
     win = MPI.Win.Allocate_shared(max(sizes), 1, comm=node)
-    flags = MPI.Win.Allocate_shared(8, 8, comm=node)  # one counter per rank, as the runner's control window
+    flags = MPI.Win.Allocate_shared(64, 8, comm=node)  # a counter per rank on its own cache line, as the runner
     try:
         left = (here - 1) % on_host  # the peer on this host (windows are per host) whose window a rank reads
         mine, _ = win.Shared_query(here)

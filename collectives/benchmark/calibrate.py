@@ -25,12 +25,12 @@ share cores in calibration exactly as they will in `collectives bench`):
    lines the neighbour has just written (from its cache, or across the socket's fabric when the two cores share
    no L3); the waits interleave ranks that share a core as a call does (without them a rank ran its whole pass
    before or after its core-mate's, and one launch priced 4 MiB at p = 4 on 2 cores at a quarter of the
-   executor's time, another at 1.6x, depending on which ranks shared a core). The same pass without data gives the rounds' synchronisation, left
-   out of the curves (the model charges it as each round's latency, item 6). With more ranks than cores a pass
-   is timed from the first rank's start to the last rank's end (one clock on one host), which shows ranks that
-   share a core running one after the other, less the span of an empty phase (how unevenly ranks leave a
-   barrier: 10-25 us with 4 ranks on 2 cores, as much as a 64 KiB pass, and paid once per call, in its fixed
-   cost);
+   executor's time, another at 1.2x, depending on which ranks shared a core). The same pass without data gives
+   the rounds' synchronisation, left out of the curves (the model charges it as each round's latency, item 6).
+   With more ranks than cores a pass is timed from the first rank's start to the last rank's end (one clock on
+   one host), which shows ranks that share a core running one after the other, less the span of an empty phase
+   (how unevenly ranks leave a barrier: 10-25 us with 4 ranks on 2 cores, as much as a 64 KiB pass, and paid
+   once per call, in its fixed cost);
 6. the transport's fixed costs with no payload: ring allreduce (2(p-1) rounds) and one_shot allreduce (1 round)
    of tiny arrays, through the same path, give the cost per round (difference / (2p-3)) and per call (the
    ring's time less its rounds);

@@ -13,6 +13,7 @@ Other thresholds (bytes per rank, env overrides in brackets), measured on a 2-co
 * shared memory, more ranks than cores  [COLLECTIVES_NATIVE_BELOW_SHM_OVERSUBSCRIBED]: 1 MiB
 * messages, ranks <= cores  [COLLECTIVES_NATIVE_BELOW]:                         8 MiB
 * messages, more ranks than cores  [COLLECTIVES_NATIVE_BELOW_OVERSUBSCRIBED]:  32 MiB
+* reduce_scatter over shared memory, at most  [COLLECTIVES_NATIVE_BELOW_SHM_REDUCE_SCATTER]: 192 KiB
 Replace `choose` (same signature) to plug in the tuner (collectives.tune) once it is calibrated on real hosts.
 """
 
@@ -35,6 +36,10 @@ NATIVE_BELOW_SHM_OVERSUBSCRIBED = int(os.environ.get("COLLECTIVES_NATIVE_BELOW_S
 # Python between rounds): one_shot (one synchronisation) below this, then the large-message table; MPI's own
 # Allreduce is not used at any size (measured slower from 8 B up, docs/performance-mpi.md).
 SHM_ONE_SHOT_BELOW = int(os.environ.get("COLLECTIVES_ONE_SHOT_BELOW", 128 << 10))
+# MPICH 5's own reduce_scatter on one host falls off a cliff between 128 and 192 KiB of input per rank (n=2: 28 ->
+# 196 us, n=4: 121 -> 404 us, and 3-5x the library's ring up to 1 MiB), so over shared memory its schedules
+# take over from 192 KiB, whatever the general threshold (docs/performance-mpi.md, "reduce_scatter").
+NATIVE_BELOW_SHM_REDUCE_SCATTER = int(os.environ.get("COLLECTIVES_NATIVE_BELOW_SHM_REDUCE_SCATTER", 192 << 10))
 
 
 def shared_memory(world_size: int | None = None) -> bool:
@@ -127,6 +132,9 @@ def choose(collective: str, nbytes: int, dtype: np.dtype, world_size: int, avail
         return Choice("copy", {}, "world size 1: the output is the input")
     shared = shared_memory(world_size)
     limit = native_below(oversubscribed, shared)
+    knob = "COLLECTIVES_NATIVE_BELOW" + ("_SHM" if shared else "") + ("_OVERSUBSCRIBED" if oversubscribed else "")
+    if collective == "reduce_scatter" and shared and NATIVE_BELOW_SHM_REDUCE_SCATTER < limit:
+        limit, knob = NATIVE_BELOW_SHM_REDUCE_SCATTER, "COLLECTIVES_NATIVE_BELOW_SHM_REDUCE_SCATTER"
     small = nbytes < limit
     where = "shared memory" if shared else "point-to-point messages"
     host = (f"{'more ranks than cores, ' if oversubscribed else ''}"
@@ -142,7 +150,6 @@ def choose(collective: str, nbytes: int, dtype: np.dtype, world_size: int, avail
     else:
         why = "bfloat16 is not reducible by MPI" if small else f"{nbytes} B >= {_kib(limit)} ({host})"
     if small and native_supports(dtype):
-        knob = "COLLECTIVES_NATIVE_BELOW" + ("_SHM" if shared else "") + ("_OVERSUBSCRIBED" if oversubscribed else "")
         return Choice("native", {}, f"native: MPI's own {collective} is faster below {_kib(limit)} per rank "
                                     f"({host}; measured, docs/performance-mpi.md; {knob}); this call: {nbytes} B")
     table = (LARGE_SHM_OVERSUBSCRIBED if oversubscribed else LARGE_SHM) if shared else LARGE

@@ -31,6 +31,13 @@ class AlgorithmInfo:
 
 _REGISTRY: dict[str, AlgorithmInfo] = {}
 _entry_points_loaded = False
+_generation = 0  # bumped by every registration: caches of choices made from names() key on it
+
+
+def generation() -> int:
+    """A number that changes whenever an algorithm is registered (or replaced)."""
+    _load_entry_points()
+    return _generation
 
 
 def register(name: str, collectives: tuple[str, ...] | list[str], *, summary: str = "",
@@ -43,8 +50,10 @@ def register(name: str, collectives: tuple[str, ...] | list[str], *, summary: st
         if name in _REGISTRY and not replace and _REGISTRY[name].builder is not builder:
             raise ValueError(f"algorithm {name!r} is already registered; pass replace=True to override it")
         doc = (builder.__doc__ or "").strip().splitlines()
+        global _generation
         _REGISTRY[name] = AlgorithmInfo(name, tuple(collectives), builder, summary or (doc[0] if doc else ""),
                                         needs_topology)
+        _generation += 1
         return builder
 
     return deco
@@ -138,4 +147,5 @@ def build(name: str, *, collective: str = "allreduce", world_size: int, count: i
     return schedule
 
 
-__all__ = ["AlgorithmInfo", "COLLECTIVES", "build", "info", "names", "parameters", "parse_param_value", "register"]
+__all__ = ["AlgorithmInfo", "COLLECTIVES", "build", "generation", "info", "names", "parameters", "parse_param_value",
+           "register"]

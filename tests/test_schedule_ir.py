@@ -315,8 +315,10 @@ def test_register_verify_and_duplicate(scratch_name):
 
     with pytest.raises(ValueError, match=rf"algorithm '{scratch_name}' is already registered; pass replace=True"):
         registry.register(scratch_name, ("allreduce",))(other)
+    before = registry.generation()
     registry.register(scratch_name, ("allreduce",), replace=True)(other)
     assert algorithms.info(scratch_name).builder is other
+    assert registry.generation() > before  # the communicator's cache of auto choices keys on it
 
 
 def test_register_rejects_unknown_collective(scratch_name):

@@ -6,6 +6,7 @@ Prints `RESULT {json}` on rank 0; exit status 1 on any failure.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -90,8 +91,16 @@ if comm.rank == 0:
 failures = MPI.COMM_WORLD.gather(failures)
 if MPI.COMM_WORLD.Get_rank() == 0:
     flat = [f for fs in failures for f in fs]
-    print("RESULT " + json.dumps({"cases": len(BAD) + 2, "failures": len(flat), "messages": flat,
-                                  "timeout_message": raised.get("timeout", ""),
-                                  "runner_timeout_message": raised.get("runner timeout", "")}), flush=True)
+    result = "RESULT " + json.dumps({"cases": len(BAD) + 2, "failures": len(flat), "messages": flat,
+                                     "timeout_message": raised.get("timeout", ""),
+                                     "runner_timeout_message": raised.get("runner timeout", "")})
+    print(result, flush=True)
     sys.stdout.flush()
+    # MPI_Abort below may end the job before mpiexec has forwarded rank 0's output (seen in CI: empty stdout and
+    # stderr), so the result also goes to a file the test names
+    if os.environ.get("CHECK_ERRORS_RESULT"):
+        with open(os.environ["CHECK_ERRORS_RESULT"], "w") as f:
+            f.write(result + "\n")
+            f.flush()
+            os.fsync(f.fileno())
     MPI.COMM_WORLD.Abort(1 if flat else 0)  # rank 0's timed-out messages are still pending: end the job here

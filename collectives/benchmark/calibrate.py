@@ -335,17 +335,10 @@ def host_cores(mpi_comm) -> dict[str, int]:
     most ranks on one host}: with more ranks than cores they share cores (benchmark/cores.py)."""
     from mpi4py import MPI
 
-    from ..transport.executor import own_cpus
+    from ..transport.communicator import host_layout
 
-    mine = sorted(own_cpus())
-    node = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED)
-    try:
-        cpus = set().union(*node.allgather(mine))
-        per_host = mpi_comm.allreduce(node.Get_size(), op=MPI.MAX)
-        cores = mpi_comm.bcast(len(cpus), root=0)
-    finally:
-        node.Free()
-    return {"cores": int(cores), "ranks_per_host": int(per_host)}
+    ranks, cpus = host_layout(mpi_comm)  # the transport's own reckoning of whether ranks share cores
+    return {"cores": int(mpi_comm.bcast(cpus, root=0)), "ranks_per_host": int(mpi_comm.allreduce(ranks, op=MPI.MAX))}
 
 
 def calibrate(comm, quick: bool = False, log=None) -> dict:

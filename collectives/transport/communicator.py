@@ -107,8 +107,9 @@ def _bounded(req: MPI.Request, deadline: float | None) -> bool:
     return True
 
 
-def _host_layout(comm: MPI.Comm) -> tuple[int, int]:
-    """(ranks of `comm` on this host, CPUs they may run on between them: the union of their affinities)."""
+def host_layout(comm: MPI.Comm) -> tuple[int, int]:
+    """(ranks of `comm` on this host, CPUs they may run on between them: the union of their affinities).
+    Collective over `comm`."""
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
         cpus = set().union(*local.allgather(sorted(_executor.own_cpus())))
@@ -272,7 +273,7 @@ class Communicator:
         self.rank = self._comm.Get_rank()
         self.size = self._comm.Get_size()
         self.domains = find_domains(self._comm, ranks_per_domain)
-        _executor.note_host_ranks(*_host_layout(self._comm))
+        _executor.note_host_ranks(*host_layout(self._comm))
         self._topology = topology
         self._world = world  # set when this communicator owns the switch daemons
         self._queue: deque[_Task] = deque()

@@ -9,7 +9,7 @@ direct read of q's window range, landed through `collectives.execution.land_rece
 emulator and the MPI executor use): a store is one copy, a run of reduce-receives into one range is ONE fused
 `reduce_into` over the local value and every sender's range, read in place. Results are bitwise the emulator's.
 
-What the window holds (planned once per schedule and rank, `ShmPlan`):
+What the window holds (planned once per schedule and rank, `ShmPlan` in shm_plan.py):
 * input ranges a peer reads before this rank writes them are copied in just before the counters announce the
   round of their first read (lazily: a chunked call streams through the caches piece by piece);
 * a range written in round k and read by a peer in a later round is copied work -> window after landing.
@@ -47,15 +47,14 @@ from __future__ import annotations
 import os
 import platform
 import weakref
-from dataclasses import dataclass
 
 import numpy as np
 from mpi4py import MPI
 
 from ..execution import land_receives
-from ..schedule import Op, OpKind, Schedule
 from . import executor as _executor
 from . import shm_program
+from .shm_plan import ShmPlan
 
 # the plan runner polls an unsatisfied wait this often before returning to the caller's waiter (which checks the
 # deadline): ~1024 yields, or ~25 us of pauses when every rank has a core
@@ -66,136 +65,6 @@ _FENCE = platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686", "
 
 def enabled() -> bool:
     return os.environ.get("COLLECTIVES_SHM", "1").lower() not in ("0", "no", "off", "false")
-
-
-# -- the plan: rounds with their waits, built once per schedule and rank ----------------------------------
-def _merge(ranges) -> list[tuple[int, int]]:
-    out: list[list[int]] = []
-    for a, b in sorted(r for r in ranges if r[1] > r[0]):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return [(a, b) for a, b in out]
-
-
-def _covered(a: int, b: int, merged: list[tuple[int, int]]) -> bool:
-    return any(c <= a and b <= d for c, d in merged)
-
-
-def _unwritten(a: int, b: int, merged: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The parts of [a, b) outside the merged (sorted, disjoint) ranges."""
-    parts, lo = [], a
-    for c, d in merged:
-        if d <= lo or c >= b:
-            continue
-        if c > lo:
-            parts.append((lo, c))
-        lo = max(lo, d)
-        if lo >= b:
-            break
-    if lo < b:
-        parts.append((lo, b))
-    return parts
-
-
-@dataclass
-class _Round:
-    k: int  # global round index
-    groups: list[list[Op]]  # land_receives' fused runs, program order
-    data_waits: list[tuple[int, int]]  # (peer, offset): done[peer] >= base + offset before reading it
-    mirror: list[tuple[int, int]]  # ranges copied work -> window after landing (peers read them later)
-    mirror_waits: list[tuple[int, int]]  # (peer, offset): read[peer] >= base + offset before the mirror copy
-    advance_to: int  # offset from base both counters take once the round is finished
-    copy_next: list[tuple[int, int]]  # input ranges first read by peers in the next active round: copy in now
-    # Lazy input (the caller's x is not copied into the work buffer up front): for each group, the parts of its
-    # target not written before it (a reduce reads the node's value there from x); copy_next cut into parts
-    # (lo, hi, unwritten: copy from x rather than from work)
-    fresh: list[list[tuple[int, int]]]
-    copy_next_parts: list[tuple[int, int, bool]]
-
-
-@dataclass
-class ShmPlan:
-    node: int
-    total: int  # counter steps per call: 1 + num_rounds
-    rounds: list[_Round]
-    copy_in: list[tuple[int, int]]  # input ranges peers read in the first active round (copied at the start)
-    start_offset: int  # counters after the copy-in: 1 + first active round (or total)
-    work_size: int
-    never_written: list[tuple[int, int]]  # ranges no round writes: copied from x at the end (lazy input)
-    world_size: int
-
-    @property
-    def writes_window(self) -> bool:
-        return bool(self.copy_in) or any(r.mirror or r.copy_next for r in self.rounds)
-
-    @classmethod
-    def build(cls, schedule: Schedule, node: int) -> ShmPlan:
-        R = schedule.num_rounds
-        active: list[tuple[int, list[Op]]] = []
-        for rnd, ops in schedule.program(node).rounds():
-            ops = [o for _, o in ops if o.stop > o.start]
-            if ops:
-                active.append((rnd, ops))
-        sends = [(k, o.peer, o.start, o.stop) for k, ops in active for o in ops if o.kind == OpKind.SEND]
-        # the window must hold a range's current value whenever a peer reads it: at the start for ranges sent
-        # before this rank writes them, and after every write of a range that is sent in a later round
-        # (copied in lazily: just before the counters announce the round of their first send, so a large call
-        # streams through the caches chunk by chunk instead of copying everything up front)
-        copy_in, written, exposed = [], [], []
-        for _k, ops in active:
-            merged, shown = _merge(written), _merge(exposed)
-            fresh = [(o.start, o.stop) for o in ops if o.kind == OpKind.SEND
-                     and not _covered(o.start, o.stop, merged) and not _covered(o.start, o.stop, shown)]
-            copy_in.append(_merge(fresh))
-            exposed += fresh
-            written += [(o.start, o.stop) for o in ops if o.kind != OpKind.SEND]
-        rounds = []
-        written_so_far: list[tuple[int, int]] = []
-        for i, (k, ops) in enumerate(active):
-            recvs = [o for o in ops if o.kind != OpKind.SEND]
-            data: dict[int, int] = {}
-            for o in recvs:
-                data[o.peer] = 1 + k
-            groups: list[list[Op]] = []
-            j = 0
-            while j < len(recvs):
-                first = recvs[j]
-                e = j + 1
-                while e < len(recvs) and recvs[e].kind == OpKind.RECV_REDUCE and recvs[e].start == first.start \
-                        and recvs[e].stop == first.stop:
-                    e += 1
-                groups.append(recvs[j:e])
-                j = e
-            mirror = _merge((o.start, o.stop) for o in recvs
-                            if any(j > k and a < o.stop and o.start < b for j, _, a, b in sends))
-            waits: dict[int, int] = {}
-            for a, b in mirror:  # write-after-read: peers that read this range earlier (or this round) are done
-                for j, q, c, d in sends:
-                    if j <= k and c < b and a < d:
-                        waits[q] = max(waits.get(q, 0), 2 + j)
-            nxt = 1 + active[i + 1][0] if i + 1 < len(active) else 1 + R
-            pre = copy_in[i + 1] if i + 1 < len(active) else []
-            fresh = []
-            for g in groups:  # program order: a group sees the writes of the groups before it
-                merged = _merge(written_so_far)
-                a, b = g[0].start, g[0].stop
-                fresh.append(_unwritten(a, b, merged) if g[0].kind == OpKind.RECV_REDUCE else [])
-                written_so_far += [(o.start, o.stop) for o in g]
-            merged = _merge(written_so_far)
-            pre_parts = []
-            for lo, hi in pre:
-                unwritten = _unwritten(lo, hi, merged)
-                pre_parts += [(c, d, True) for c, d in unwritten]
-                cut = [lo] + [e for c, d in unwritten for e in (c, d)] + [hi]  # written parts between them
-                pre_parts += [(c, d, False) for c, d in zip(cut[::2], cut[1::2], strict=True) if d > c]
-            rounds.append(_Round(k, groups, sorted(data.items()), mirror, sorted(waits.items()), nxt, pre,
-                                 fresh, sorted(pre_parts)))
-        start = 1 + active[0][0] if active else 1 + R
-        never = _unwritten(0, schedule.work_size, _merge(written_so_far))
-        return cls(node, 1 + R, rounds, copy_in[0] if active else [], start, schedule.work_size, never,
-                   schedule.world_size)
 
 
 # -- the arena: windows of one communicator -------------------------------------------------------------

@@ -1,7 +1,7 @@
 """A rank's shared-memory plan as one C program: the plan runner (csrc/plan.c) executes a whole call without
 returning to Python between rounds.
 
-`compile_plan` turns a `shm.ShmPlan` (rounds with their waits, landings, mirror and input copies) into the
+`compile_plan` turns a `shm_plan.ShmPlan` (rounds with their waits, landings, mirror and input copies) into the
 runner's instruction words, doing exactly what `ShmExecution._run_rounds` does in Python, in the same order:
 the same counters with the same values (so calls run by either path interleave freely on one arena), the same
 copies, and every landing through the same fused kernel call as `collectives.execution.land_receives` (operands
@@ -86,7 +86,7 @@ def _reduce_words(dst: int, sources: list[int], lo: int, hi: int, itemsize: int)
 
 
 def compile_plan(splan, itemsize: int, lazy: bool) -> Program:
-    """The runner's program for `splan` (a shm.ShmPlan) with elements of `itemsize` bytes. `lazy`: the node's
+    """The runner's program for `splan` (a shm_plan.ShmPlan) with elements of `itemsize` bytes. `lazy`: the node's
     input is read from SOURCE until written (out-of-place call), else it is already in WORK."""
     words: list[int] = []
     origin = SOURCE if lazy else WORK

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from collectives.benchmark.cores import core_share, cpu_work_seconds, shared_core_time
+from collectives.benchmark.cores import core_share, shared_core_time
 from collectives.benchmark.runner import Predictor
+from collectives.benchmark.shm_cost import critical_path, processor_seconds, rank_steps
 from collectives.simulate import simulate
 from collectives.simulate.api import build_schedule
 from collectives.topology import from_dict, preset, save
+from collectives.transport.shm_plan import ShmPlan
 
 
 def test_core_share_is_ranks_per_core_and_one_without_a_core_count():
@@ -22,14 +25,60 @@ def test_core_share_is_ranks_per_core_and_one_without_a_core_count():
     assert core_share(None) == 1.0
 
 
-def test_cpu_work_counts_every_received_and_reduced_byte_of_a_ring_allreduce():
+def _plans(algorithm: str, p: int, count: int):
+    schedule = build_schedule(algorithm, preset("loopback", ranks=p), "allreduce", count)
+    return [ShmPlan.build(schedule, rank) for rank in range(p)]
+
+
+def _priced(plans, copy_s: float, extra_s: float):
+    return [rank_steps(plan, 4, copy_s, extra_s) for plan in plans]
+
+
+def test_a_ring_costs_a_copy_round_per_received_byte_and_a_reduce_per_reduced_byte():
     p, count = 4, 4096
-    schedule = build_schedule("ring", preset("loopback", ranks=p), "allreduce", count)
-    D = count * 4
-    # each rank receives 2(p-1) pieces of D/p and reduces p-1 of them
-    moved, reduced = 2 * (p - 1) * D, (p - 1) * D
-    assert cpu_work_seconds(schedule, p, 4, bandwidth=1.0, reduce_rate=1e300) == pytest.approx(moved)
-    assert cpu_work_seconds(schedule, p, 4, bandwidth=1e300, reduce_rate=1.0) == pytest.approx(reduced)
+    plans, D = _plans("ring", p, count), count * 4
+    # each rank receives 2(p-1) pieces of D/p (one mirror + one landing each) and reduces p-1 of them
+    assert processor_seconds(_priced(plans, 0.5, 0.0)) == pytest.approx(2 * (p - 1) * D)
+    assert processor_seconds(_priced(plans, 0.0, 1.0)) == pytest.approx((p - 1) * D)
+
+
+def test_a_double_binary_tree_fuses_same_range_receives_and_mirrors_once_for_two_readers():
+    """p = 4: the inner ranks reduce half the buffer from two children in one landing and mirror one range for
+    two readers. Over all ranks: 10 mirrors, 6 landings and 4 fused reduces of half the buffer (20 copies), and
+    6 reduced inputs of half the buffer; the simulator's links charge 12 copy rounds (24 copies)."""
+    p, count = 4, 4096
+    plans, half = _plans("double_binary_tree", p, count), count * 4 // 2
+    assert processor_seconds(_priced(plans, 1.0, 0.0)) == pytest.approx(20 * half)
+    assert processor_seconds(_priced(plans, 0.0, 1.0)) == pytest.approx(6 * half)
+
+
+@pytest.mark.parametrize(("algorithm", "rounds"), [("ring", 6), ("double_binary_tree", 4), ("rabenseifner", 4)])
+def test_with_no_data_the_path_is_one_latency_per_round(algorithm, rounds):
+    plans = _plans(algorithm, 4, 4096)
+    assert critical_path(plans, _priced(plans, 0.0, 0.0), 1e-6).seconds == pytest.approx(rounds * 1e-6)
+
+
+def test_a_ring_never_blocks_and_a_tree_does():
+    """A ring's ranks finish every round together (each wait costs the latency only); a tree's leaves wait for
+    their parents' reductions, and each such wait costs the handoff on top."""
+    ring, tree = _plans("ring", 4, 1 << 16), _plans("double_binary_tree", 4, 1 << 16)
+    ring_path = critical_path(ring, _priced(ring, 1e-9, 1e-9), 1e-6, handoff=5e-6)
+    assert ring_path.blocked_waits == 0
+    steps = _priced(tree, 1e-9, 1e-9)
+    without, with_handoff = critical_path(tree, steps, 1e-6), critical_path(tree, steps, 1e-6, handoff=5e-6)
+    assert with_handoff.blocked_waits > 0
+    assert with_handoff.seconds > without.seconds
+
+
+def test_plans_that_wait_on_each_other_in_a_cycle_are_reported():
+    def plan(peer: int):  # waits for the peer's done >= 5, which nobody publishes
+        rnd = SimpleNamespace(k=0, groups=[], data_waits=[(peer, 5)], mirror=[], mirror_waits=[], advance_to=2,
+                              copy_next=[])
+        return SimpleNamespace(rounds=[rnd], copy_in=[], start_offset=1, never_written=[])
+
+    plans = [plan(1), plan(0)]
+    with pytest.raises(RuntimeError, match="cycle"):
+        critical_path(plans, _priced(plans, 1.0, 1.0), 1e-6)
 
 
 def _loopback(p: int) -> dict:
@@ -37,29 +86,30 @@ def _loopback(p: int) -> dict:
                   reduce_bandwidth={"float32": 4e9, "default": 4e9}).to_dict()
 
 
+def _shared(algorithm: str, p: int, nbytes: int, handoff: float = 0.0) -> float:
+    schedule = build_schedule(algorithm, from_dict(_loopback(p)), "allreduce", nbytes // 4)
+    return shared_core_time(schedule, world_size=p, itemsize=4, bandwidth=2e9, reduce_rate=4e9, latency=10e-6,
+                            handoff=handoff, share=2.0, cores=2)
+
+
 @pytest.mark.parametrize("algorithm", ["ring", "rabenseifner"])
 def test_a_schedule_that_keeps_every_rank_busy_is_priced_as_the_plain_simulation(algorithm):
     p, nbytes = 4, 16 << 20
-    d = _loopback(p)
-    plain = simulate(algorithm, from_dict(d), nbytes).time
-    schedule = build_schedule(algorithm, from_dict(d), "allreduce", nbytes // 4)
-    shared = shared_core_time(lambda q: simulate(algorithm, from_dict(q), nbytes).time, d, schedule, world_size=p,
-                              itemsize=4, reduce_rate=4e9, share=2.0, cores=2)
-    assert shared == pytest.approx(plain, rel=0.02)
+    plain = simulate(algorithm, from_dict(_loopback(p)), nbytes).time
+    assert _shared(algorithm, p, nbytes) == pytest.approx(plain, rel=0.02)
+    assert _shared(algorithm, p, nbytes, handoff=5e-6) == pytest.approx(plain, rel=0.02)  # nobody blocks
 
 
 def test_a_tree_that_idles_ranks_is_faster_on_shared_cores_than_the_plain_simulation_says():
-    """dbt at p=4 keeps at most two ranks reducing: on 2 cores they run at full speed, so the price falls to the
-    processor-time bound (the total work of every rank / 2 cores), well under the plain simulation."""
+    """dbt at p=4 keeps at most two ranks reducing: on 2 cores they run at full speed, and its fused receives do
+    less work than a ring's (20 copies of half the buffer against 24), so it is priced under both the plain
+    simulation and the ring on shared cores; blocked waits raise its price."""
     p, nbytes = 4, 16 << 20
-    d = _loopback(p)
-    plain = simulate("double_binary_tree", from_dict(d), nbytes).time
-    schedule = build_schedule("double_binary_tree", from_dict(d), "allreduce", nbytes // 4)
-    shared = shared_core_time(lambda q: simulate("double_binary_tree", from_dict(q), nbytes).time, d, schedule,
-                              world_size=p, itemsize=4, reduce_rate=4e9, share=2.0, cores=2)
-    work = cpu_work_seconds(schedule, p, 4, 2e9 * 2, 4e9 * 2) / 2
+    plain = simulate("double_binary_tree", from_dict(_loopback(p)), nbytes).time
+    shared = _shared("double_binary_tree", p, nbytes)
     assert shared < 0.75 * plain
-    assert shared >= work
+    assert shared < 0.95 * _shared("ring", p, nbytes)
+    assert _shared("double_binary_tree", p, nbytes, handoff=50e-6) > shared
 
 
 def test_predictor_applies_the_bound_only_when_the_calibration_counts_fewer_cores_than_ranks(tmp_path):

@@ -150,20 +150,23 @@ class Predictor:
         return spec is not None and spec.domains == 1
 
     def _shared_cores(self, algorithm: str, topology, nbytes: int, share: float, kw: dict, params: dict) -> float:
-        """More ranks than cores on the calibrated host: see benchmark/cores.py."""
-        from ..simulate import simulate
+        """More ranks than cores on the calibrated host: the executor's plans priced on the cores (cores.py)."""
         from ..simulate.api import build_schedule, count_for
         from ..simulate.model import itemsize
-        from ..topology import from_dict
 
         size = itemsize(kw["dtype"])
         schedule = build_schedule(algorithm, topology, kw["collective"],
                                   count_for(kw["collective"], nbytes, topology.world_size, size), kw["dtype"],
                                   kw["op"], kw["root"], **params)
-        return shared_core_time(lambda d: float(simulate(algorithm, from_dict(d), nbytes, **kw).time),
-                                topology.to_dict(), schedule, world_size=topology.world_size, itemsize=size,
-                                reduce_rate=float(topology.reduce_throughput(kw["dtype"])), share=share,
-                                cores=int(self.calibration["cores"]))
+        c, params_now = self.calibration, topology.to_dict()
+        # a loopback message crosses two hops (rank -> switch -> rank): a round's latency is two hop latencies
+        latency = 2.0 * float(params_now["nvlink_latency"])
+        # an empty synchronised round, where every wait blocks, less a round's cost: what blocking adds
+        handoff = max(float(c.get("sync_round_s", 0.0)) - float(c.get("round_s", 0.0)), 0.0)
+        return shared_core_time(schedule, world_size=topology.world_size, itemsize=size,
+                                bandwidth=float(params_now["nvlink_bandwidth"]),
+                                reduce_rate=float(topology.reduce_throughput(kw["dtype"])), latency=latency,
+                                handoff=handoff, share=share, cores=int(c["cores"]))
 
     @property
     def call_overhead(self) -> float:

@@ -8,7 +8,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from collectives.benchmark.cores import core_share, shared_core_time
+from collectives.benchmark.cores import (
+    core_share,
+    cpu_work_seconds,
+    link_shared_core_time,
+    shm_shared_core_time,
+)
 from collectives.benchmark.runner import Predictor
 from collectives.benchmark.shm_cost import critical_path, processor_seconds, rank_steps
 from collectives.simulate import simulate
@@ -88,7 +93,7 @@ def _loopback(p: int) -> dict:
 
 def _shared(algorithm: str, p: int, nbytes: int, handoff: float = 0.0) -> float:
     schedule = build_schedule(algorithm, from_dict(_loopback(p)), "allreduce", nbytes // 4)
-    return shared_core_time(schedule, world_size=p, itemsize=4, bandwidth=2e9, reduce_rate=4e9, latency=10e-6,
+    return shm_shared_core_time(schedule, world_size=p, itemsize=4, bandwidth=2e9, reduce_rate=4e9, latency=10e-6,
                             handoff=handoff, share=2.0, cores=2)
 
 
@@ -150,3 +155,37 @@ def test_a_calibration_without_sharing_still_charges_a_larger_run_to_the_cores(t
     plain = simulate("ring", pred.topology_for(nbytes), nbytes).time
     assert pred.predict("allreduce", "ring", {}, nbytes) > 1.5 * plain
 
+
+
+def test_link_bound_counts_every_received_and_reduced_byte():
+    """Schedules with switch nodes keep the links' bound: received bytes at the copy rate, reduced bytes at the
+    reduction rate (ring allreduce: 2(p-1) pieces of D/p received, p-1 reduced)."""
+    p, count = 4, 4096
+    schedule = build_schedule("ring", preset("loopback", ranks=p), "allreduce", count)
+    D = count * 4
+    assert cpu_work_seconds(schedule, p, 4, bandwidth=1.0, reduce_rate=1e300) == pytest.approx(2 * (p - 1) * D)
+    assert cpu_work_seconds(schedule, p, 4, bandwidth=1e300, reduce_rate=1.0) == pytest.approx((p - 1) * D)
+
+
+def test_a_schedule_with_a_switch_node_is_priced_by_the_links_bound(tmp_path, capsys):
+    """nvls on the loopback host has a switch node (emulated by a rank over messages, not shared memory): the
+    shared-memory plans cannot price it, the links' bound does."""
+    p, nbytes = 4, 16 << 20
+    sizes = [64 << 10, 64 << 20]
+    path = tmp_path / "cal.json"
+    save(preset("loopback", ranks=p), path)
+    data = json.loads(path.read_text())
+    data["calibration"] = {"ranks": p, "cores": 2, "ranks_per_host": p, "round_s": 1e-5, "sync_round_s": 2e-5,
+                           "call_overhead_s": 0.0,
+                           "window_s": {k: [[s, 1e-4] for s in sizes] for k in ("copy_round", "reduce_round")},
+                           "exchange_s": [[s, 1e-3] for s in sizes],
+                           "reduce_curve": {"float32": [[s, 1e10] for s in sizes]}}
+    path.write_text(json.dumps(data))
+    pred = Predictor(str(path), p, np.dtype(np.float32), "sum", 0)
+    topo = pred.topology_for(nbytes)
+    schedule = build_schedule("nvls", topo, "allreduce", nbytes // 4)
+    assert schedule.num_nodes > p
+    expected = link_shared_core_time(lambda d: simulate("nvls", from_dict(d), nbytes).time, topo.to_dict(),
+                                     schedule, world_size=p, itemsize=4,
+                                     reduce_rate=float(topo.reduce_throughput("float32")), share=2.0, cores=2)
+    assert pred.predict("allreduce", "nvls", {}, nbytes) == pytest.approx(expected)

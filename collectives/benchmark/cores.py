@@ -21,11 +21,21 @@ A schedule that keeps every rank busy and moves one range per message (ring, Rab
 simulation: its work is the simulator's bytes, and its waits do not block. The same two bounds serve a run with
 more ranks than the calibration had (share 1, but ranks > cores in the run): the processor time bound then
 charges the extra ranks to the cores they share.
+
+Schedules with switch nodes (nvls, sharp, hierarchical: on this host's one domain their switch is emulated by a
+rank over messages) are not run by the shared-memory executor, so they keep the links' version of the same two
+bounds: the schedule simulated at full-core speed, and its received and reduced bytes over the cores
+(`link_shared_core_time`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from ..schedule.ops import OpKind
 from .shm_cost import critical_path, processor_seconds, rank_steps
+
+UNLIMITED = 1e18  # bytes/s standing for "no bandwidth cost" (finite: topologies validate their numbers)
 
 
 def core_share(calibration: dict | None) -> float:
@@ -38,7 +48,7 @@ def core_share(calibration: dict | None) -> float:
     return max(1.0, float(ranks) / float(cores))
 
 
-def shared_core_time(schedule, *, world_size: int, itemsize: int, bandwidth: float, reduce_rate: float,
+def shm_shared_core_time(schedule, *, world_size: int, itemsize: int, bandwidth: float, reduce_rate: float,
                      latency: float, handoff: float, share: float, cores: int) -> float:
     """Seconds for `schedule` when `share` ranks share each of `cores` cores (module docstring).
 
@@ -56,4 +66,47 @@ def shared_core_time(schedule, *, world_size: int, itemsize: int, bandwidth: flo
     return max(alone.seconds, fixed + work / cores)
 
 
-__all__ = ["core_share", "shared_core_time"]
+def scaled_rates(topology_dict: dict, factor: float | None) -> dict:
+    """The loopback topology's parameters with link bandwidth and reduction rates x factor (None: unlimited)."""
+    d = dict(topology_dict)
+    d["nvlink_bandwidth"] = UNLIMITED if factor is None else d["nvlink_bandwidth"] * factor
+    red = d["reduce_bandwidth"]
+    if isinstance(red, dict):
+        d["reduce_bandwidth"] = {k: UNLIMITED if factor is None else v * factor for k, v in red.items()}
+    else:
+        d["reduce_bandwidth"] = UNLIMITED if factor is None else red * factor
+    return d
+
+
+def cpu_work_seconds(schedule, world_size: int, itemsize: int, bandwidth: float, reduce_rate: float) -> float:
+    """Processor seconds the ranks spend on a schedule's data: received bytes / bandwidth, plus reduced bytes /
+    reduce_rate (a reduce-receive is a transfer and a reduction), summed over the ranks' programs."""
+    moved = reduced = 0
+    for rank in range(world_size):
+        prog = schedule.program(rank)
+        if not len(prog):
+            continue
+        nbytes = (prog.stop - prog.start) * itemsize
+        reduced += int(nbytes[prog.kind == OpKind.RECV_REDUCE].sum())
+        moved += int(nbytes[prog.kind != OpKind.SEND].sum())
+    return moved / bandwidth + reduced / reduce_rate
+
+
+def link_shared_core_time(simulate_on: Callable[[dict], float], topology_dict: dict, schedule, *, world_size: int,
+                     itemsize: int, reduce_rate: float, share: float, cores: int) -> float:
+    """Seconds for a schedule the shared-memory executor does not run (it has switch nodes: the message path runs
+    it), when `share` ranks share each of `cores` cores: the larger of the schedule simulated at full-core
+    speed (rates x share) and its fixed costs (simulated with unlimited rates) plus its received and reduced
+    bytes at full-core rates over the cores.
+
+    `simulate_on(params)` simulates the schedule on the loopback topology with those parameters;
+    `topology_dict` holds the rates as calibrated (every rank busy), `reduce_rate` the one for the schedule's
+    dtype."""
+    alone = simulate_on(scaled_rates(topology_dict, share))
+    fixed = simulate_on(scaled_rates(topology_dict, None))
+    work = cpu_work_seconds(schedule, world_size, itemsize, topology_dict["nvlink_bandwidth"] * share,
+                            reduce_rate * share)
+    return max(alone, fixed + work / cores)
+
+
+__all__ = ["core_share", "cpu_work_seconds", "link_shared_core_time", "scaled_rates", "shm_shared_core_time"]

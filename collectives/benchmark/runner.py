@@ -24,7 +24,7 @@ import numpy as np
 
 from ..registry import parse_param_value
 from . import format as fmt
-from .cores import core_share, shared_core_time
+from .cores import core_share, link_shared_core_time, shm_shared_core_time
 from .data import Pattern, count_wrong
 
 
@@ -159,14 +159,21 @@ class Predictor:
                                   count_for(kw["collective"], nbytes, topology.world_size, size), kw["dtype"],
                                   kw["op"], kw["root"], **params)
         c, params_now = self.calibration, topology.to_dict()
+        reduce_rate = float(topology.reduce_throughput(kw["dtype"]))
+        if schedule.num_nodes != topology.world_size:  # switch nodes: the message path runs it, not shared memory
+            from ..simulate import simulate
+            from ..topology import from_dict
+
+            return link_shared_core_time(lambda d: float(simulate(algorithm, from_dict(d), nbytes, **kw).time),
+                                         params_now, schedule, world_size=topology.world_size, itemsize=size,
+                                         reduce_rate=reduce_rate, share=share, cores=int(c["cores"]))
         # a loopback message crosses two hops (rank -> switch -> rank): a round's latency is two hop latencies
         latency = 2.0 * float(params_now["nvlink_latency"])
         # an empty synchronised round, where every wait blocks, less a round's cost: what blocking adds
         handoff = max(float(c.get("sync_round_s", 0.0)) - float(c.get("round_s", 0.0)), 0.0)
-        return shared_core_time(schedule, world_size=topology.world_size, itemsize=size,
-                                bandwidth=float(params_now["nvlink_bandwidth"]),
-                                reduce_rate=float(topology.reduce_throughput(kw["dtype"])), latency=latency,
-                                handoff=handoff, share=share, cores=int(c["cores"]))
+        return shm_shared_core_time(schedule, world_size=topology.world_size, itemsize=size,
+                                    bandwidth=float(params_now["nvlink_bandwidth"]), reduce_rate=reduce_rate,
+                                    latency=latency, handoff=handoff, share=share, cores=int(c["cores"]))
 
     @property
     def call_overhead(self) -> float:

@@ -225,11 +225,13 @@ def barrier_skew(mpi_comm, reps: int = 60) -> float:
     return _phase(mpi_comm, lambda: None, reps, span=True)
 
 
-def window_exchange(mpi_comm, sizes=WINDOW_SIZES, quick: bool = False) -> tuple[dict[str, list], float]:
+def window_exchange(mpi_comm, sizes=WINDOW_SIZES, quick: bool = False,
+                    peer_shift: int = 1) -> tuple[dict[str, list], float]:
     """({"copy_round"|"reduce_round": [[D, seconds per piece], ...]}, sync seconds per round): the shared-memory
     executor's two kinds of round over pieces of D/p bytes of a D-byte buffer (float32), every rank at once, each
     rank's peer its left neighbour on the host, less the rounds' synchronisation (the same pass without data,
-    returned second); see the module docstring, item 5."""
+    returned second); see the module docstring, item 5. `peer_shift`: the peer is the rank that many places to
+    the left (bench/core_pairs.py times peers that share a core this way)."""
     from mpi4py import MPI
 
     from ..kernels import reduce_into
@@ -244,7 +246,7 @@ def window_exchange(mpi_comm, sizes=WINDOW_SIZES, quick: bool = False) -> tuple[
     win = MPI.Win.Allocate_shared(max(sizes), 1, comm=node)
     flags = MPI.Win.Allocate_shared(64, 8, comm=node)  # a counter per rank on its own cache line, as the runner
     try:
-        left = (here - 1) % on_host  # the peer on this host (windows are per host) whose window a rank reads
+        left = (here - peer_shift) % on_host  # the peer on this host (windows are per host) whose window a rank reads
         mine, _ = win.Shared_query(here)
         theirs, _ = win.Shared_query(left)
         counters = [np.frombuffer(flags.Shared_query(q)[0], np.int64, 1) for q in range(on_host)]
@@ -252,11 +254,12 @@ def window_exchange(mpi_comm, sizes=WINDOW_SIZES, quick: bool = False) -> tuple[
         node.Barrier()
 
         def rounds_of(pieces):
-            """(sent, received) per round: round k mirrors piece here - k and receives piece here - k - 1 from the
-            left neighbour (which mirrored it in that round), and mirrors that one next: what a rank receives in
-            one round it sends in the next (a ring's partial sums, Rabenseifner's halves, a tree's sums on their
-            way up), so a mirror reads lines the step before it has just written, as in a call."""
-            return [(pieces[(here - k) % p], pieces[(here - k - 1) % p]) for k in range(p)]
+            """(sent, received) per round: round k mirrors piece here - k and receives piece left - k from the
+            left neighbour (which mirrored it in that round); with the neighbour at here - 1 that is the piece
+            mirrored next: what a rank receives in one round it sends in the next (a ring's partial sums,
+            Rabenseifner's halves, a tree's sums on their way up), so a mirror reads lines the step before it has
+            just written, as in a call."""
+            return [(pieces[(here - k) % p], pieces[(left - k) % p]) for k in range(p)]
 
         def program(buffers, rounds, reduce: bool):
             """The runner's instructions for one pass: per round mirror, publish, wait for the left neighbour's

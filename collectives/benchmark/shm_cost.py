@@ -11,8 +11,8 @@ several messages carry one range in one round:
 
 A double binary tree at p = 4 has both (its inner nodes reduce from two children and send to two): per call the
 ranks make 10 mirror copies, 6 landings and 4 fused reduces of half the buffer, where the simulator charges 12
-copy rounds and 6 reduce rounds; measured on 2 cores it runs ~0.8x the ring's time, which the simulator's
-links price the same.
+copy rounds and 6 reduce rounds; measured on 2 cores at 4-16 MiB it runs ~0.8x the ring's time, which the
+simulator's links price the same.
 
 This module prices the executor's own plan (`transport.shm_plan.ShmPlan`, the decisions shm.py and the C
 runner execute) in the calibration's units: a copy round of m bytes is one mirror plus one landing, each taken
@@ -72,9 +72,9 @@ class PathResult:
 def critical_path(splans: list, steps: list[RankSteps], latency: float, handoff: float = 0.0) -> PathResult:
     """Play the ranks' priced plans against each other, every rank on its own core: a step starts once the
     rank's previous step is over and the counters it waits for are published, `latency` after the peer
-    published them (the per-round synchronisation). A wait the rank reaches more than `latency` before its
-    counter is published *blocks*; the rank resumes `handoff` seconds later (with ranks sharing cores: the
-    context switch back to it). Counters are shm.py's: `done` and `read` take a round's `advance_to` at its
+    published them (the per-round synchronisation). A wait the rank reaches before its counter is published
+    *blocks*; the rank resumes `handoff` seconds after the counter shows (with ranks sharing cores: the context
+    switch back to it). Counters are shm.py's: `done` and `read` take a round's `advance_to` at its
     end, and `read` takes 2 + k early when the round mirrors after landing."""
     done = [[(s.start_offset, s.start_s)] for s in steps]  # per rank: (value, time published), increasing
     read = [[(s.start_offset, s.start_s)] for s in steps]

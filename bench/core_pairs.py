@@ -18,7 +18,7 @@ import argparse
 import os
 import sys
 
-from collectives.benchmark.sizes import parse_size
+from collectives.benchmark.sizes import human, parse_size
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,8 +48,7 @@ def main(argv: list[str] | None = None) -> int:
             for shift in args.shifts:
                 shared = sum(cpus[r] == cpus[(r - shift) % p] and len(cpus[r]) == 1 for r in range(p))
                 print(f"# shift {shift}: {shared} of {p} ranks share their one CPU with their peer")
-            print("| shift | " + " | ".join(f"{d >> 20} MiB copy / reduce (us)" if d >= 1 << 20 else
-                                          f"{d >> 10} KiB copy / reduce (us)" for d in sizes) + " |")
+            print("| shift | " + " | ".join(f"{human(d)} copy / reduce (us)" for d in sizes) + " |")
             print("|---:|" + "---:|" * len(sizes))
             for shift, out in rows:
                 cells = [f"{a * 1e6:.0f} / {b * 1e6:.0f}" for (_, a), (_, b) in

@@ -49,7 +49,7 @@ def core_share(calibration: dict | None) -> float:
 
 
 def shm_shared_core_time(schedule, *, world_size: int, itemsize: int, bandwidth: float, reduce_rate: float,
-                     latency: float, handoff: float, share: float, cores: int) -> float:
+                         latency: float, handoff: float, share: float, cores: int) -> float:
     """Seconds for `schedule` when `share` ranks share each of `cores` cores (module docstring).
 
     `bandwidth` (bytes / copy round) and `reduce_rate` (the schedule's dtype) are the calibrated every-rank-busy
@@ -93,7 +93,7 @@ def cpu_work_seconds(schedule, world_size: int, itemsize: int, bandwidth: float,
 
 
 def link_shared_core_time(simulate_on: Callable[[dict], float], topology_dict: dict, schedule, *, world_size: int,
-                     itemsize: int, reduce_rate: float, share: float, cores: int) -> float:
+                          itemsize: int, reduce_rate: float, share: float, cores: int) -> float:
     """Seconds for a schedule the shared-memory executor does not run (it has switch nodes: the message path runs
     it), when `share` ranks share each of `cores` cores: the larger of the schedule simulated at full-core
     speed (rates x share) and its fixed costs (simulated with unlimited rates) plus its received and reduced

@@ -1,17 +1,22 @@
-"""Allreduce over MPI: the library's schedules vs MPI's own Allreduce, size by size, in the same run.
+"""A collective over MPI: the library's schedules vs MPI's own collective, size by size, in the same run.
 
-    mpiexec -n 4 python bench/bench_mpi.py [--sizes 8 1M 64M] [--algorithms auto ring direct:chunks=2]
-            [--dtype float32] [--trials 7] [--seconds 0.04] [--check] [--all] [--comm-check off] [--inplace]
+    mpiexec -n 4 python bench/bench_mpi.py [--collective allreduce] [--sizes 8 1M 64M]
+            [--algorithms auto ring direct:chunks=2] [--dtype float32] [--trials 7] [--seconds 0.04] [--check]
+            [--all] [--comm-check off] [--inplace]
 
-Noise-robust: for every size the candidates (MPI's own Allreduce, `auto`, each algorithm) are measured in
+`--collective` is allreduce (default), reduce_scatter, allgather, broadcast or reduce (root 0); sizes follow
+nccl-tests: each rank's input for allreduce, broadcast and reduce, the p·k-element input of reduce_scatter, the
+p·k-element output of allgather. MPI's own: Allreduce, Reduce_scatter_block, Allgather, Bcast, Reduce.
+
+Noise-robust: for every size the candidates (MPI's own collective, `auto`, each algorithm) are measured in
 *interleaved* trials (native, auto, algo1, ..., then again), each trial a timed loop of the same number of calls
-on every rank; a trial's time is the slowest rank's mean per call. busbw = bytes * 2(p-1)/p / time (NCCL's
-convention) from the median trial; a ratio is the median over trials of t_native / t_candidate, paired within
+on every rank; a trial's time is the slowest rank's mean per call. busbw = bytes x NCCL's factor / time
+(allreduce 2(p-1)/p, reduce_scatter and allgather (p-1)/p, broadcast and reduce 1) from the median trial; a ratio is the median over trials of t_native / t_candidate, paired within
 the trial (slow drifts of a shared machine cancel).
 
 Prints a markdown table (size, native busbw, best algorithm and its busbw and ratio, auto's busbw, ratio and
-choice); --all adds one column per algorithm. --check exits with status 1 unless the targets hold: the best
-algorithm >= 1.2x native for 1-16 MiB, auto >= 0.9x native at every size measured.
+choice); --all adds one column per algorithm. --check exits with status 1 unless the targets hold: auto >= 0.9x
+native at every size measured and, for allreduce, the best algorithm >= 1.2x native for 1-16 MiB.
 `--comm-check` sets the communicator's call agreement (collectives.init(check=...)); default: the library's.
 """
 
@@ -34,6 +39,8 @@ DEFAULT_SIZES = ["8", "64", "512", "4K", "32K", "128K", "256K", "512K", "1M", "2
 DEFAULT_ALGOS = ["auto", "ring", "rabenseifner", "direct", "recursive_doubling"]
 BEST_RANGE = (1 << 20, 16 << 20)  # sizes where the best algorithm must reach BEST_TARGET
 BEST_TARGET, AUTO_TARGET = 1.2, 0.9
+COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce")
+ROOT = 0
 
 
 def parse_size(s: str) -> int:
@@ -77,8 +84,42 @@ def trial(mpi, fn, iters: int) -> float:
     return mpi.allreduce((time.perf_counter() - t) / iters, op=MPI.MAX)
 
 
+def bus_factor(collective: str, p: int) -> float:
+    """NCCL's bus bandwidth factor (nccl-tests' PERFORMANCE.md)."""
+    if p == 1:
+        return 1.0
+    return {"allreduce": 2 * (p - 1) / p, "reduce_scatter": (p - 1) / p, "allgather": (p - 1) / p}.get(collective, 1.0)
+
+
+def candidates(collective: str, comm, mpi, n: int, dtype, specs, inplace: bool) -> list[tuple[str, object]]:
+    """(label, call) for MPI's own collective and each spec, over buffers of n elements (nccl-tests sizes;
+    `inplace` applies to allreduce: MPI_IN_PLACE vs out=x, no copy of the input into the output)."""
+    p = comm.size
+    k = max(1, n // p)  # reduce_scatter's output, allgather's input
+    x = np.ones(k if collective == "allgather" else n, dtype)
+    out = x if inplace and collective == "allreduce" else np.empty(k if collective == "reduce_scatter" else n, dtype)
+    native_calls = {
+        "allreduce": lambda: mpi.Allreduce(MPI.IN_PLACE if out is x else x, out, MPI.SUM),
+        "reduce_scatter": lambda: mpi.Reduce_scatter_block(x, out, MPI.SUM),
+        "allgather": lambda: mpi.Allgather(x, out),
+        "broadcast": lambda: mpi.Bcast(x, root=ROOT),
+        "reduce": lambda: mpi.Reduce(x, out, MPI.SUM, root=ROOT),
+    }
+
+    def ours(name: str, prm: dict):
+        if collective == "broadcast":
+            return comm.broadcast(x, root=ROOT, algorithm=name, **prm)
+        if collective == "reduce":
+            return comm.reduce(x, out=out, root=ROOT, algorithm=name, **prm)
+        return getattr(comm, collective)(x, out=out, algorithm=name, **prm)
+
+    return [("native", native_calls[collective]),
+            *((label(name, prm), lambda name=name, prm=prm: ours(name, prm)) for name, prm in specs)]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--collective", default="allreduce", choices=COLLECTIVES)
     ap.add_argument("--sizes", nargs="+", default=DEFAULT_SIZES)
     ap.add_argument("--algorithms", nargs="+", default=DEFAULT_ALGOS,
                     help="'auto' and registered algorithms, with parameters as name:key=value,...")
@@ -95,13 +136,19 @@ def main() -> int:
     mpi, p, rank = comm.mpi_comm, comm.size, comm.rank
     dtype = {dtype_name(d): d for d in SUPPORTED_DTYPES}[args.dtype]
     specs = [parse_algo(a) for a in args.algorithms]
-    specs = [(n, prm) for n, prm in specs if n == "auto" or n in algorithms.names("allreduce")]
+    unknown = [n for n, _ in specs if n != "auto" and n not in algorithms.names(args.collective)]
+    if unknown:
+        if rank == 0:
+            print(f"bench_mpi.py: {', '.join(unknown)} cannot run {args.collective}; algorithms that can: "
+                  f"{', '.join(algorithms.names(args.collective))}", file=sys.stderr)
+        comm.close()
+        return 2
     has_auto = any(n == "auto" for n, _ in specs)
     algos = [(n, prm) for n, prm in specs if n != "auto"]
     out = sys.stdout
     if rank == 0:
         mode = getattr(comm, "check", "n/a")
-        print(f"allreduce {args.dtype}, {p} ranks, {MPI.Get_library_version().splitlines()[0].strip()}; busbw GB/s, "
+        print(f"{args.collective} {args.dtype}, {p} ranks, {MPI.Get_library_version().splitlines()[0].strip()}; busbw GB/s, "
               f"median of {args.trials} interleaved trials; call agreement: {mode}"
               f"{'; in place' if args.inplace else ''}", file=out)
         cols = ["size", "native GB/s", "best algorithm", "best GB/s", "best/native"]
@@ -116,22 +163,11 @@ def main() -> int:
     for s in args.sizes:
         nbytes = parse_size(s)
         n = max(1, nbytes // dtype.itemsize)
+        if args.collective in ("reduce_scatter", "allgather"):
+            n = max(1, n // p) * p
         nbytes = n * dtype.itemsize
-        x = np.ones(n, dtype)
-        out_buf = np.empty_like(x)
-        factor = nbytes * 2 * (p - 1) / p if p > 1 else nbytes
-
-        if args.inplace:  # both in place: MPI_IN_PLACE vs out=x (no copy of the input into the output)
-            cands: list[tuple[str, object]] = [("native", lambda b=out_buf: mpi.Allreduce(MPI.IN_PLACE, b, MPI.SUM))]
-            for name, prm in specs:
-                cands.append((label(name, prm), lambda name=name, prm=prm, b=out_buf: comm.allreduce(
-                    b, out=b, algorithm=name, **prm)))
-        else:
-            cands = [("native", lambda x=x, b=out_buf: mpi.Allreduce(x, b, MPI.SUM))]
-            for name, prm in specs:
-                cands.append((label(name, prm),
-                              lambda name=name, prm=prm, x=x, b=out_buf: comm.allreduce(x, out=b, algorithm=name,
-                                                                                      **prm)))
+        factor = nbytes * bus_factor(args.collective, p)
+        cands = candidates(args.collective, comm, mpi, n, dtype, specs, args.inplace)
         iters = [calibrate(mpi, fn, args.seconds) for _, fn in cands]
         times: list[list[float]] = [[] for _ in cands]
         for _ in range(args.trials):
@@ -139,7 +175,7 @@ def main() -> int:
                 times[i].append(trial(mpi, fn, iters[i]))
         choice = None
         if has_auto:
-            comm.allreduce(x, out=out_buf, algorithm="auto")
+            dict(cands)["auto"]()
             choice = comm.last_choice
         if rank != 0:
             continue
@@ -153,12 +189,13 @@ def main() -> int:
         row += [names[best], f"{bw[best]:.3f}", f"{ratio[best]:.2f}x"] if best is not None else ["-", "-", "-"]
         if has_auto:
             a = names.index("auto")
-            row += [f"{bw[a]:.3f}", f"{ratio[a]:.2f}x", choice.algorithm if choice else "?"]
+            row += [f"{bw[a]:.3f}", f"{ratio[a]:.2f}x", label(choice.algorithm, choice.params) if choice else "?"]
             if ratio[a] < AUTO_TARGET:
                 missed.append(f"{human(nbytes)}: auto {ratio[a]:.2f}x < {AUTO_TARGET}x")
         if args.all:
             row += [f"{bw[i]:.3f} ({ratio[i]:.2f}x)" for i in algo_idx]
-        if best is not None and BEST_RANGE[0] <= nbytes <= BEST_RANGE[1] and ratio[best] < BEST_TARGET:
+        if (args.collective == "allreduce" and best is not None and BEST_RANGE[0] <= nbytes <= BEST_RANGE[1]
+                and ratio[best] < BEST_TARGET):
             missed.append(f"{human(nbytes)}: best ({names[best]}) {ratio[best]:.2f}x < {BEST_TARGET}x")
         print("| " + " | ".join(row) + " |", file=out, flush=True)
     if rank == 0 and has_auto and choice is not None:
@@ -169,8 +206,8 @@ def main() -> int:
             print("\nTARGETS MISSED:\n  " + "\n  ".join(missed), file=out)
             status = 1
         else:
-            print(f"\ntargets hold: best >= {BEST_TARGET}x native for 1-16 MiB, auto >= {AUTO_TARGET}x everywhere",
-                  file=out)
+            best_note = f"best >= {BEST_TARGET}x native for 1-16 MiB, " if args.collective == "allreduce" else ""
+            print(f"\ntargets hold: {best_note}auto >= {AUTO_TARGET}x everywhere", file=out)
     status = mpi.bcast(status, root=0)
     comm.close()
     return status

@@ -110,6 +110,22 @@ def test_small_message_shortcut_matches_mpi(world_size, persistent, runner, monk
         assert (result["cached"] > 0) == (persistent == "1")
 
 
+@pytest.mark.parametrize("world_size,runner", [(2, "1"), (3, "1"), (2, "0")])
+def test_runner_shortcut_for_every_collective_matches_mpi(world_size, runner, monkeypatch):
+    """reduce_scatter, allgather, broadcast and reduce with check off: straight to the shared-memory plan runner
+    (or, COLLECTIVES_SHM_C=0, the general path) or, where auto picks it, straight to MPI's own collective, give
+    MPI's own results bitwise for every algorithm, native dtype,
+    op, root and out variant; bad calls raise the library's errors with buffers untouched."""
+    monkeypatch.setenv("COLLECTIVES_SHM_C", runner)
+    result = launch(["-n", str(world_size), sys.executable, str(PROGRAMS / "check_runner_calls.py")])
+    assert result["failures"] == 0, result["messages"]
+    assert result["cases"] > 300
+    assert result["runner"] == (runner == "1")
+    assert result["fast_native"] > 0  # auto's tiny calls went straight to MPI's own collective
+    if runner == "1":
+        assert min(result["served"].values()) > 0, result["served"]
+
+
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU affinity is Linux-only")
 def test_ranks_bound_to_a_core_each_do_not_count_as_sharing_cores():
     """`mpiexec -bind-to core` gives each rank one CPU: ranks share cores only if the union of their affinities is

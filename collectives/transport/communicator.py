@@ -45,6 +45,8 @@ _NATIVE_DTYPES = frozenset(d for d in SUPPORTED_DTYPES if native_supports(d))
 # 2-core VM: 8 B-4 KiB 1.1-2.0 us against MPI_Allreduce's 1.8-3.2 us; 32 KiB 10 vs 11.5 us; 128 KiB slower).
 PERSISTENT_BELOW = 32 << 10
 PERSISTENT_REQUESTS = 16  # cached per communicator (each holds a buffer of at most PERSISTENT_BELOW bytes)
+_NOT_SERVED = object()  # a shortcut declined the call (reduce returns None off the root): take the general path
+_UNKNOWN = object()
 _SMALL_NATIVE = Choice("native", {}, "message below the native threshold (see collectives.transport.choice): "
                                      "MPI's own Allreduce has less per-call overhead at this size")
 _CACHE_SIZE = 64
@@ -77,6 +79,20 @@ def _env_flag(name: str) -> bool:
 
 _DETERMINISTIC_REASON = ("deterministic=True: 'direct' folds every element once, in rank order 0..p-1, so the "
                          "result is bitwise identical across algorithms, chunk counts and layouts")
+
+
+def _output_shape(collective: str, x: np.ndarray, p: int) -> tuple[int, ...]:
+    """The shape of a new output array for `collective` over input x on p ranks: reduce_scatter's block (a
+    leading axis of p·k rows gives k rows), allgather's p blocks (stacked on the leading axis), else x's."""
+    if collective == "reduce_scatter":
+        return (x.shape[0] // p, *x.shape[1:]) if x.ndim >= 1 and x.shape[0] % p == 0 else (x.size // p,)
+    if collective == "allgather":
+        return (p * x.shape[0], *x.shape[1:]) if x.ndim else (p,)
+    return x.shape
+
+
+def _timeout(timeout: float | None) -> float | None:
+    return None if timeout is None else check_timeout(timeout)
 
 
 def _spin(test: Callable[[], bool], polls: int = 1024) -> bool:
@@ -231,15 +247,18 @@ class _ScheduleTask(_Task):
 
 
 class _RunnerEntry:
-    """The runner shortcut's state for one (count, dtype, op, lazy): the runner, the arena it points into, what
-    auto chose, and the bytes one call sends/receives (stats are counted per entry: calls x bytes)."""
+    """The runner shortcut's state for one call signature (collective, count, dtype, op, lazy, algorithm, root):
+    the runner, the arena it points into, what auto chose, the bytes one call sends/receives (stats are counted
+    per entry: calls x bytes), and the work buffer of calls whose partial results the caller never sees
+    (reduce_scatter, reduce off the root; None for the others, whose work buffer is the caller's output)."""
 
-    __slots__ = ("runner", "arena", "choice", "sent", "received", "calls")
+    __slots__ = ("runner", "arena", "choice", "sent", "received", "calls", "scratch")
 
     def __init__(self, runner: shm_program.Runner, arena: _shm.Arena, choice: Choice, sent: int,
-                 received: int) -> None:
+                 received: int, scratch: np.ndarray | None = None) -> None:
         self.runner, self.arena, self.choice, self.sent, self.received = runner, arena, choice, sent, received
         self.calls = 0
+        self.scratch = scratch
 
 
 class Communicator:
@@ -292,6 +311,8 @@ class Communicator:
         self._fast_below, self._runner_fast = self._agree_fast_below()
         # the runner shortcut's entries per (count, dtype, op, lazy, algorithm); False: never for that call
         self._runners: dict[tuple, _RunnerEntry | bool] = {}
+        # the shortcut's decision per (collective, count, dtype, algorithm): auto's native Choice, or None
+        self._native_choices: dict[tuple, Choice | None] = {}
         self._fast_ready = self._check == "off"  # the inline shortcut: no agreement; False once closed/failed
         # persistent requests of tiny allreduces, oldest first (MPI-4; COLLECTIVES_PERSISTENT=0 turns them off)
         self._persistent: dict[tuple, tuple[np.ndarray, MPI.Prequest]] = {}
@@ -383,8 +404,8 @@ class Communicator:
         # same call the general path makes, without the queue and the per-call Python around it.
         if self._runner_fast and type(x) is np.ndarray and self._fast_ready and not async_op and not self._queue \
                 and deterministic is None and accumulate is None and not params:
-            fast = self._runner_allreduce(x, out, op, algorithm, timeout)
-            if fast is not None:
+            fast = self._runner_call("allreduce", x, out, op, None, algorithm, timeout)
+            if fast is not _NOT_SERVED:
                 return fast
         # The small-message shortcut (`_fast_below` is 0 when the communicator's settings rule it out); the
         # conditions are ordered cheapest first: this line is most of a tiny call's Python cost.
@@ -404,65 +425,222 @@ class Communicator:
         return self._call("allreduce", x, out, op, None, algorithm, async_op, timeout, params, deterministic,
                           accumulate)
 
-    def _runner_allreduce(self, x: np.ndarray, out, op: str, algorithm: str, timeout: float | None):
-        """An allreduce over shared memory with nothing but the plan runner in the way: a cached runner per
-        (count, dtype, op, in place or not, algorithm) for the schedule the general path would run (auto's
-        pick, or the algorithm named), pointed at x and out, run to the end in C. Returns None (take the
-        general path) unless every condition holds: contiguous arrays of a dtype the C kernels reduce
-        single-threaded, out a fresh array, x itself or an exact match of x, a schedule without switch nodes,
-        and the shared-memory arena already created and large enough (its creation and growth are collective:
-        the general path does them, and every rank sees the same arena state, so every rank takes the same
-        path)."""
-        if out is None:
-            lazy = True
+    def _shortcut(self, collective: str, x: np.ndarray, out, op: str, root, algorithm: str,
+                  timeout: float | None):
+        """reduce_scatter, allgather, broadcast and reduce with nothing queued, check off and no parameters: MPI's
+        own collective posted directly where auto picks it (or it is named: `_small_native_call`), else the plan
+        runner (`_runner_call`). _NOT_SERVED: take the general path."""
+        key = (collective, x.size, x.dtype, algorithm)
+        native = self._native_choices.get(key, _UNKNOWN)
+        if native is _UNKNOWN:  # decided once per signature: choosing is most of a tiny call's Python cost
+            native = None
+            if algorithm in ("auto", "native") and x.dtype in _NATIVE_DTYPES:
+                choice = self._choose(collective, algorithm, x.dtype, x.size, {})
+                native = choice if choice.algorithm == "native" else None
+            if len(self._native_choices) >= 4096:
+                self._native_choices.clear()
+            self._native_choices[key] = native
+        if native is not None:
+            if op not in _NATIVE_OPS:
+                return _NOT_SERVED
+            return self._small_native_call(collective, x, out, op, root, timeout, native)
+        if self._runner_fast:
+            return self._runner_call(collective, x, out, op, root, algorithm, timeout)
+        return _NOT_SERVED
+
+    def _small_native_call(self, collective: str, x: np.ndarray, out, op: str, root, timeout: float | None,
+                           choice: Choice):
+        """MPI's own reduce_scatter (Reduce_scatter_block), allgather, broadcast or reduce, posted nonblocking
+        on the call's buffers and polled with the general path's deadline, without its queue and Python (a tiny
+        call through the general path costs ~5x MPI's own, measured). _NOT_SERVED unless the buffers are what
+        the general path would accept without copies: contiguous, out absent, x itself where that means in
+        place (reduce on the root), or a separate writeable array of the right dtype and size."""
+        p, r, n = self.size, self.rank, x.size
+        if not x.flags.c_contiguous or (collective in ("reduce", "broadcast")
+                                        and not (type(root) is int and 0 <= root < p)):
+            return _NOT_SERVED
+        if collective == "broadcast":
+            if not x.flags.writeable:
+                return _NOT_SERVED
+            out = x
         elif out is x:
-            lazy = False
-        elif type(out) is not np.ndarray or out.dtype != x.dtype or out.shape != x.shape \
-                or not out.flags.writeable or not out.flags.c_contiguous \
-                or ((out.base is not None or x.base is not None) and np.may_share_memory(x, out)):
-            return None  # the general path raises the precise errors (overlapping views included)
+            if collective != "reduce" or r != root or not x.flags.writeable:
+                return _NOT_SERVED
+        elif out is not None:
+            want = {"reduce_scatter": n // p, "allgather": n * p}.get(collective, n)
+            if type(out) is not np.ndarray or out.dtype != x.dtype or out.size != want or not out.flags.writeable \
+                    or not out.flags.c_contiguous \
+                    or ((out.base is not None or x.base is not None) and np.may_share_memory(x, out)):
+                return _NOT_SERVED
+        if collective == "reduce_scatter" and n % p:
+            return _NOT_SERVED
+        if out is None and (collective != "reduce" or r == root):
+            out = np.empty(_output_shape(collective, x, p), dtype=x.dtype)
+        if x.nbytes <= self._persistent_below:
+            return self._persistent_call(collective, x, out, op, root, timeout, choice)
+        c, mpi_op = self._comm, _NATIVE_OPS[op]
+        if collective == "reduce_scatter":
+            req = c.Ireduce_scatter_block(x, out, mpi_op)
+        elif collective == "allgather":
+            req = c.Iallgather(x, out)
+        elif collective == "broadcast":
+            req = c.Ibcast(x, root)
+        elif r != root:
+            req, out = c.Ireduce(x, None, mpi_op, root), None
         else:
-            lazy = True
-        if not x.flags.c_contiguous or (out is x and not x.flags.writeable):
+            req = c.Ireduce(MPI.IN_PLACE if out is x else x, out, mpi_op, root)
+        self._seq += 1
+        self._fast_calls += 1
+        self.last_choice = choice
+        return self._finish_small(req, out, timeout, collective, choice)
+
+    def _persistent_call(self, collective: str, x: np.ndarray, out, op: str, root, timeout: float | None,
+                         choice: Choice):
+        """A tiny reduce_scatter, allgather, broadcast or reduce through a persistent MPI request on buffers the
+        communicator owns, one per (collective, count, dtype, op, root), as `_persistent_allreduce` (n=2, 512 B:
+        0.5-0.7 us against 1.2-1.8 us for the nonblocking call, 1.4-2.1 us blocking; measured). The key is what
+        every rank of a matching call agrees on, so every rank creates and evicts the same requests in the same
+        order (their initialisation is collective); the caller's buffers (validated by `_small_native_call`) are
+        only copied from and into."""
+        p, r = self.size, self.rank
+        key = (collective, x.size, x.dtype, op, root)
+        entry = self._persistent.get(key)
+        if entry is None:
+            if len(self._persistent) >= PERSISTENT_REQUESTS:  # evict the oldest (same one on every rank)
+                self._persistent.pop(next(iter(self._persistent)))[1].Free()
+            c, n, mpi_op = self._comm, x.size, _NATIVE_OPS[op]
+            send = np.empty(n, x.dtype)
+            if collective == "broadcast":
+                recv, req = send, c.Bcast_init(send, root)
+            elif collective == "reduce":
+                recv = np.empty(n, x.dtype)
+                req = c.Reduce_init(send, recv, mpi_op, root)
+            elif collective == "allgather":
+                recv = np.empty(n * p, x.dtype)
+                req = c.Allgather_init(send, recv)
+            else:
+                recv = np.empty(n // p, x.dtype)
+                req = c.Reduce_scatter_block_init(send, recv, mpi_op)
+            entry = self._persistent[key] = ((send, recv), req)
+        (send, recv), req = entry
+        if collective != "broadcast" or r == root:
+            send[...] = x.reshape(-1)
+        req.Start()
+        self._seq += 1
+        self._fast_calls += 1
+        self.last_choice = choice
+        for _ in range(1024):  # _spin inlined (see _persistent_allreduce)
+            if req.Test():
+                break
+            if _executor._oversubscribed:
+                os.sched_yield()
+        else:
+            self._finish_small(req, None, timeout, collective, choice)  # bounded wait, full timeout report
+        if collective == "broadcast":
+            if r != root:
+                x.reshape(-1)[...] = recv
+            return x
+        if collective == "reduce" and r != root:
             return None
-        key = (x.size, x.dtype, op, lazy, algorithm)
+        if out is None:
+            out = np.empty(_output_shape(collective, x, p), dtype=x.dtype)
+        out.reshape(-1)[...] = recv
+        return out
+
+    def _runner_call(self, collective: str, x: np.ndarray, out, op: str, root, algorithm: str,
+                     timeout: float | None):
+        """A call over shared memory with nothing but the plan runner in the way: a cached runner per call
+        signature for the schedule the general path would run (auto's pick, or the algorithm named), pointed at
+        the call's buffers, run to the end in C. The buffers are the general path's (`_buffers`): the caller's
+        output as the work buffer (allreduce, broadcast, allgather, reduce on the root), or the entry's own
+        (reduce_scatter: the caller gets its block; reduce off the root: partial sums nobody sees), with an
+        out-of-place input read where it lies. Returns _NOT_SERVED (take the general path) unless every condition
+        holds: contiguous arrays of a dtype the C kernels reduce single-threaded, out absent, x itself where
+        that means in place, or a separate array of the right dtype and size, a valid root, a schedule without
+        switch nodes, and the shared-memory arena already created and large enough (its creation and growth are
+        collective: the general path does them, and every rank sees the same arena state, so every rank takes
+        the same path). The general path raises the precise errors for whatever is refused here."""
+        p, r, n = self.size, self.rank, x.size
+        if not x.flags.c_contiguous:
+            return _NOT_SERVED
+        if collective in ("reduce", "broadcast") and not (type(root) is int and 0 <= root < p):
+            return _NOT_SERVED
+        producing = collective in ("allreduce", "allgather") or (collective == "reduce" and r == root)
+        if collective == "broadcast":
+            if not x.flags.writeable:
+                return _NOT_SERVED
+            lazy = False
+        elif out is None:
+            lazy = collective != "allgather"
+        elif out is x:
+            if not producing or collective == "allgather" or not x.flags.writeable:
+                return _NOT_SERVED
+            lazy = False
+        else:
+            want = {"reduce_scatter": n // p, "allgather": n * p}.get(collective, n)
+            if type(out) is not np.ndarray or out.dtype != x.dtype or out.size != want or not out.flags.writeable \
+                    or not out.flags.c_contiguous \
+                    or ((out.base is not None or x.base is not None) and np.may_share_memory(x, out)):
+                return _NOT_SERVED  # the general path raises the precise errors (overlapping views included)
+            lazy = collective != "allgather"
+        if collective == "reduce_scatter" and n % p:
+            return _NOT_SERVED
+        key = (collective, n, x.dtype, op, lazy, algorithm, root)
         entry = self._runners.get(key)
         if entry is False:  # this call can never take the shortcut (e.g. a schedule with switch nodes)
-            return None
+            return _NOT_SERVED
         if entry is None or entry.runner.windows is not entry.arena.views:
             entry = self._runner_entry(key)
             if entry is None:
-                return None
-        if out is None:
-            out = np.empty_like(x)
+                return _NOT_SERVED
+        # the work buffer and the input the runner reads in place (None: already in the work buffer)
+        source = x.reshape(-1) if lazy else None
+        if collective == "broadcast":
+            work = result = x
+        elif entry.scratch is not None:  # reduce_scatter; reduce off the root
+            work, result = entry.scratch, None
+            if collective == "reduce_scatter" and out is None:
+                out = np.empty(_output_shape(collective, x, p), dtype=x.dtype)
+        else:
+            if out is None:
+                out = np.empty(_output_shape(collective, x, p), dtype=x.dtype)
+            work = result = out
+            if collective == "allgather":
+                out.reshape(-1)[r * n:(r + 1) * n] = x.reshape(-1)
         self._seq += 1
         entry.calls += 1
         self.last_choice = entry.choice
         runner = entry.runner
-        if not runner.run(out, x if lazy else None, _shm.NATIVE_POLLS, _executor._oversubscribed):
+        if not runner.run(work.reshape(-1), source, _shm.NATIVE_POLLS, _executor._oversubscribed):
             # a late peer: the bounded wait with the full timeout report
             execution = _shm.RunnerExecution(runner)
-            task = _ScheduleTask(self._seq, "allreduce", entry.choice, lambda: out, lambda: execution, None)
+            task = _ScheduleTask(self._seq, collective, entry.choice, lambda: result, lambda: execution, None)
             task.start()
             self._queue.append(task)
             self._wait_for(task, timeout)
-        return out
+        if collective == "reduce_scatter":
+            k = n // p
+            out.reshape(-1)[...] = work[r * k:(r + 1) * k]
+            return out
+        return result
 
     def _runner_entry(self, key: tuple) -> _RunnerEntry | None:
-        """The runner shortcut's cache entry for (count, dtype, op, lazy, algorithm), or None when it cannot
-        serve this call (remembered as False when it never will: the general path takes such calls at once)."""
-        count, dtype, op, lazy, algorithm = key
-        kernel = shm_program.kernel_for(dtype, op, count * dtype.itemsize)
+        """The runner shortcut's cache entry for (collective, count, dtype, op, lazy, algorithm, root), or None
+        when it cannot serve this call (remembered as False when it never will: the general path takes such
+        calls at once)."""
+        collective, count, dtype, op, lazy, algorithm, root = key
+        kernel_op = op if collective in REDUCING else "sum"
+        kernel = shm_program.kernel_for(dtype, kernel_op, count * dtype.itemsize)
         arena = _shm._arena_for(self._comm)
         if arena is None or kernel is None or count == 0 or (algorithm != "auto" and (
-                algorithm == "native" or algorithm not in registry.names("allreduce"))):
+                algorithm == "native" or algorithm not in registry.names(collective))):
             return self._no_runner(key)  # bad names and dtypes: the general path raises the precise error
         if not arena or arena.data is None:
             return None  # not created yet: the general path creates it (collective), later calls may come here
-        choice = self._choose("allreduce", algorithm, dtype, count, {})
+        choice = self._choose(collective, algorithm, dtype, count, {})
         if choice.algorithm in ("copy", "native"):
             return self._no_runner(key)
-        schedule_key, schedule, _ = self._schedule("allreduce", choice, count, None, dtype, op)
+        schedule_key, schedule, _ = self._schedule(collective, choice, count, root, dtype, kernel_op)
         plan, _ = self._proc_plan(schedule_key, schedule)
         if not _shm.eligible(plan, self._comm) or schedule.notes:
             return self._no_runner(key)
@@ -470,8 +648,11 @@ class Communicator:
             return None  # the general path grows the arena (collective)
         runner = shm_program.Runner(_shm.program_for(plan, dtype.itemsize, lazy), arena, kernel)
         isz = dtype.itemsize
+        # partial results the caller never sees: the entry's own work buffer (the general path's scratch)
+        private = collective == "reduce_scatter" or (collective == "reduce" and self.rank != root)
         entry = _RunnerEntry(runner, arena, choice, plan.sent_elements[self.rank] * isz,
-                             plan.received_elements[self.rank] * isz)
+                             plan.received_elements[self.rank] * isz,
+                             np.empty(schedule.work_size, dtype) if private else None)
         old = self._runners.pop(key, None)
         if old:
             self._fold_runner_stats(old)
@@ -574,12 +755,13 @@ class Communicator:
         out[...] = buf
         return out
 
-    def _finish_small(self, req: MPI.Request, out: np.ndarray | None, timeout: float | None) -> np.ndarray | None:
-        # MPICH completes a small shared-memory allreduce within a few polls; poll flat out before the general
+    def _finish_small(self, req: MPI.Request, out: np.ndarray | None, timeout: float | None,
+                      collective: str = "allreduce", choice: Choice = _SMALL_NATIVE) -> np.ndarray | None:
+        # MPICH completes a small shared-memory collective within a few polls; poll flat out before the general
         # bounded wait (which sleeps between polls and builds the timeout report).
         if _spin(req.Test):
             return out
-        self._queue.append(_NativeTask(self._seq, "allreduce", _SMALL_NATIVE, lambda: out, lambda: req))
+        self._queue.append(_NativeTask(self._seq, collective, choice, lambda: out, lambda: req))
         self._wait_for(self._queue[-1], timeout)  # bounded wait with the full timeout report
         return out
 
@@ -587,23 +769,41 @@ class Communicator:
                        timeout: float | None = None, deterministic: bool | None = None,
                        accumulate: str | None = None, **params):
         """Reduce `x` (p·k elements) over all ranks; rank r gets elements [r·k, (r+1)·k) of the result."""
+        if self._fast_ready and type(x) is np.ndarray and not async_op and not self._queue \
+                and deterministic is None and accumulate is None and not params:
+            fast = self._shortcut("reduce_scatter", x, out, op, None, algorithm, _timeout(timeout))
+            if fast is not _NOT_SERVED:
+                return fast
         return self._call("reduce_scatter", x, out, op, None, algorithm, async_op, timeout, params, deterministic,
                           accumulate)
 
     def allgather(self, x, out=None, algorithm: str = "auto", *, async_op: bool = False,
                   timeout: float | None = None, **params):
         """Concatenate every rank's `x` (k elements) in rank order: p·k elements on every rank."""
+        if self._fast_ready and type(x) is np.ndarray and not async_op and not self._queue and not params:
+            fast = self._shortcut("allgather", x, out, "sum", None, algorithm, _timeout(timeout))
+            if fast is not _NOT_SERVED:
+                return fast
         return self._call("allgather", x, out, "sum", None, algorithm, async_op, timeout, params)
 
     def broadcast(self, x, root: int = 0, algorithm: str = "auto", *, async_op: bool = False,
                   timeout: float | None = None, **params):
         """Copy root's `x` into every rank's `x` (in place) and return it."""
+        if self._fast_ready and type(x) is np.ndarray and not async_op and not self._queue and not params:
+            fast = self._shortcut("broadcast", x, x, "sum", root, algorithm, _timeout(timeout))
+            if fast is not _NOT_SERVED:
+                return fast
         return self._call("broadcast", x, x, "sum", root, algorithm, async_op, timeout, params)
 
     def reduce(self, x, out=None, root: int = 0, op: str = "sum", algorithm: str = "auto", *,
                async_op: bool = False, timeout: float | None = None, deterministic: bool | None = None,
                accumulate: str | None = None, **params):
         """Reduce `x` over all ranks onto `root` (returns the result there, None elsewhere)."""
+        if self._fast_ready and type(x) is np.ndarray and not async_op and not self._queue \
+                and deterministic is None and accumulate is None and not params:
+            fast = self._shortcut("reduce", x, out, op, root, algorithm, _timeout(timeout))
+            if fast is not _NOT_SERVED:
+                return fast
         return self._call("reduce", x, out, op, root, algorithm, async_op, timeout, params, deterministic,
                           accumulate)
 
@@ -847,8 +1047,7 @@ class Communicator:
         if collective == "reduce_scatter":
             k = n // p
             if out is None:
-                shape = (x.shape[0] // p, *x.shape[1:]) if x.ndim >= 1 and x.shape[0] % p == 0 else (k,)
-                out = np.empty(shape, dtype=x.dtype)
+                out = np.empty(_output_shape(collective, x, p), dtype=x.dtype)
 
             def finish():
                 out.reshape(-1)[...] = work[r * k:(r + 1) * k]
@@ -857,7 +1056,7 @@ class Communicator:
             return work, finish, source
         # allgather
         if out is None:
-            out = np.empty((p * x.shape[0], *x.shape[1:]) if x.ndim else (p,), dtype=x.dtype)
+            out = np.empty(_output_shape(collective, x, p), dtype=x.dtype)
         work = out.reshape(-1)
         work[r * n:(r + 1) * n] = flat
         return work, lambda: out, None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from collectives import algorithms
+from collectives import algorithms, registry
 from collectives.transport import choice
 
 
@@ -36,3 +36,51 @@ def test_reduce_scatter_over_messages_keeps_the_general_threshold(monkeypatch):
     monkeypatch.setattr(choice, "shared_memory", lambda world_size=None: False)
     assert pick("reduce_scatter", 192 << 10).algorithm == "native"
     assert pick("reduce_scatter", 8 << 20).algorithm != "native"
+
+
+@pytest.fixture
+def runner_host(monkeypatch):
+    """Every rank on this host with the shared-memory plan runner (the communicator's runner shortcut)."""
+    monkeypatch.setattr(choice, "shared_memory", lambda world_size=None: True)
+    monkeypatch.setattr(choice, "runner_allreduce", lambda world_size: True)
+
+
+@pytest.mark.parametrize("key", sorted(choice.RUNNER_TABLE))
+def test_runner_table_rows_cover_every_size_in_order(key):
+    rows = choice.RUNNER_TABLE[key]
+    bounds = [bound for bound, _, _ in rows]
+    assert bounds == sorted(bounds) and len(set(bounds)) == len(bounds) and bounds[-1] == float("inf")
+    collective, _ = key
+    for _, name, params in rows:
+        assert name == "native" or collective in algorithms.info(name).collectives
+        assert set(params) <= set(registry.parameters(name)) if name != "native" else not params
+
+
+@pytest.mark.parametrize("oversubscribed", [False, True])
+def test_runner_choices_follow_the_measured_table(runner_host, oversubscribed):
+    """With the runner: its schedules for small and mid-size calls (they beat the fastest way to post MPI's own
+    from Python), MPI's own for large broadcast and allgather (it copies once, the windows twice), never for
+    reduce (MPICH's is 4-20x slower from 512 KiB)."""
+    for collective in ("broadcast", "allgather", "reduce_scatter", "reduce"):
+        for nbytes in (8, 512, 4 << 10, 64 << 10, 1 << 20):
+            got = pick(collective, nbytes, oversubscribed)
+            assert got.algorithm in algorithms.names(collective) and "run in C" in got.reason, (collective, got)
+        nbytes = 32 << 20 if collective == "reduce_scatter" and oversubscribed else 16 << 20
+        large = pick(collective, nbytes, oversubscribed)
+        assert (large.algorithm == "native") == (collective != "reduce"), (collective, large)
+        if large.algorithm == "native":
+            assert "plan runner" in large.reason and f"{nbytes} B" in large.reason
+    reduces = [pick("reduce", n, oversubscribed).algorithm for n in range(8, 1 << 30, 1 << 24)]
+    assert "native" not in reduces
+    # MPICH's reduce_scatter falls off a cliff at 64 MiB with 2 ranks: the ring again
+    assert pick("reduce_scatter", 64 << 20, False).algorithm == "ring"
+
+
+@pytest.mark.parametrize("collective", ["broadcast", "allgather", "reduce_scatter", "reduce"])
+def test_runner_choices_never_give_bfloat16_to_mpi(runner_host, collective):
+    """MPI has no bfloat16: where the table says native, the nearest row's schedule runs instead."""
+    for oversubscribed in (False, True):
+        for nbytes in (8, 4 << 10, 1 << 20, 64 << 20, 1 << 30):
+            got = choice.choose(collective, nbytes, np.dtype("bfloat16"), 2, algorithms.names(collective),
+                                oversubscribed=oversubscribed)
+            assert got.algorithm in algorithms.names(collective), (nbytes, got)

@@ -8,7 +8,10 @@ KiB on; across hosts it runs with point-to-point messages, which only win for la
 
 Allreduce on one host with the shared-memory plan runner (shm_program.py, the default): one_shot below
 128 KiB [COLLECTIVES_ONE_SHOT_BELOW], the shared-memory table above it, MPI's own Allreduce at no size.
-Other thresholds (bytes per rank, env overrides in brackets), measured on a 2-core AMD EPYC VM with MPICH 5:
+reduce_scatter, allgather, broadcast and reduce on one host with the runner: RUNNER_TABLE (the runner's
+schedules up to a few MiB, MPI's own above for broadcast, allgather and reduce_scatter, where MPICH copies once
+between the ranks' buffers and the shared windows copy twice; never for reduce, which MPICH runs 4-20x slower
+from 512 KiB). Without the runner, other thresholds (bytes per rank, env overrides in brackets), measured on a 2-core AMD EPYC VM with MPICH 5:
 * shared memory, ranks <= cores  [COLLECTIVES_NATIVE_BELOW_SHM]:                512 KiB
 * shared memory, more ranks than cores  [COLLECTIVES_NATIVE_BELOW_SHM_OVERSUBSCRIBED]: 1 MiB
 * messages, ranks <= cores  [COLLECTIVES_NATIVE_BELOW]:                         8 MiB
@@ -103,6 +106,30 @@ LARGE_SHM_OVERSUBSCRIBED = {
 }
 
 
+# reduce_scatter, allgather, broadcast and reduce over shared memory with the plan runner (with check="off" the
+# communicator's runner shortcut: one C call per call), per (collective, more ranks than cores): rows
+# (below this many bytes of each rank's input, algorithm, params), the first row above the call's size wins;
+# "native" is MPI's own collective. Small calls stay on the runner (its schedules beat the fastest way this
+# library can post MPI's own, a persistent request: n=2, 512 B-8 KiB, 0.73-0.87x of a bare MPI call against
+# 0.62-0.73x); large broadcast, allgather and reduce_scatter go back to MPI, which copies once between the
+# ranks' buffers where the windows copy twice (except reduce_scatter at n=2 from 48 MiB, where MPICH's falls off
+# a cliff). Measured with `bench/bench_mpi.py --comm-check off --collective C` at n=2 (ranks <= cores) and n=4
+# on 2 cores, 3-4 runs each; above 2 MiB the VM's memory state moves the ratios by up to 2x between runs, and the
+# rows follow the majority (docs/performance-mpi.md, "The other collectives with the runner").
+KIB, MIB = 1 << 10, 1 << 20
+INF = float("inf")
+RUNNER_TABLE: dict[tuple[str, bool], tuple[tuple[float, str, dict], ...]] = {
+    ("broadcast", False): ((2 * MIB, "binomial", {}), (8 * MIB, "binomial", {"chunks": 4}), (INF, "native", {})),
+    ("broadcast", True): ((1 * MIB, "binomial", {}), (8 * MIB, "binomial", {"chunks": 4}), (INF, "native", {})),
+    ("reduce", False): ((INF, "binomial", {}),),
+    ("reduce", True): ((128 * KIB, "binomial", {}), (INF, "direct", {})),
+    ("allgather", False): ((2 * MIB, "ring", {}), (INF, "native", {})),
+    ("allgather", True): ((4 * KIB, "recursive_doubling", {}), (4 * MIB, "ring", {}), (INF, "native", {})),
+    ("reduce_scatter", False): ((4 * MIB, "ring", {}), (48 * MIB, "native", {}), (INF, "ring", {})),
+    ("reduce_scatter", True): ((2 * MIB, "direct", {}), (32 * MIB, "ring", {}), (INF, "native", {})),
+}
+
+
 def shm_chunks(nbytes: int, world_size: int) -> int:
     """Ring chunks so that one piece (nbytes / (p * chunks)) is about SHM_PIECE_BYTES."""
     return max(1, min(SHM_MAX_CHUNKS, nbytes // max(1, world_size * SHM_PIECE_BYTES)))
@@ -147,6 +174,24 @@ def choose(collective: str, nbytes: int, dtype: np.dtype, world_size: int, avail
                                           f"call: {nbytes} B")
         small = False  # the runner's schedules beat MPI's Allreduce at every size here
         why = f"{nbytes} B >= {_kib(SHM_ONE_SHOT_BELOW)} ({host}; the runner's schedules beat MPI's own at every size)"
+    elif (collective, oversubscribed) in RUNNER_TABLE and shared and runner_allreduce(world_size):
+        rows = RUNNER_TABLE[collective, oversubscribed]
+        here = next(i for i, row in enumerate(rows) if nbytes < row[0])
+        bound, name, params = rows[here]
+        lower = max((b for b, _, _ in rows if b <= nbytes), default=0)
+        span = f"{_kib(lower)}-{_kib(bound)}" if bound != float("inf") else f">= {_kib(lower)}"
+        if name == "native" and native_supports(dtype):
+            return Choice("native", {}, f"native: MPI's own {collective} is faster at {span} per rank over shared "
+                                        f"memory with the plan runner ({host}; measured, docs/performance-mpi.md); "
+                                        f"this call: {nbytes} B")
+        if name == "native":  # bfloat16 (MPI cannot take it): the schedule of the nearest row that has one
+            _, name, params = min((row for row in rows if row[1] != "native"),
+                                  key=lambda row: abs(rows.index(row) - here))
+        if name in available:
+            return Choice(name, dict(params), f"{name} {params} over shared memory, run in C: fastest at {span} per "
+                                              f"rank ({host}; measured, docs/performance-mpi.md); this call: "
+                                              f"{nbytes} B")
+        why = f"{nbytes} B ({host})"
     else:
         why = "bfloat16 is not reducible by MPI" if small else f"{nbytes} B >= {_kib(limit)} ({host})"
     if small and native_supports(dtype):

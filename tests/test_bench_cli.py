@@ -244,3 +244,26 @@ def test_bench_calibrates_in_its_own_launch_then_predicts(tmp_path):
     assert not (tmp_path / "default-calibration.json").exists()  # like calibrate --no-default
     measured = json.loads((tmp_path / "m.json").read_text())["measurements"]
     assert measured and all(m["predicted_us"] > 0 for m in measured)
+
+
+@needs_mpi
+@pytest.mark.parametrize("where", ["calibrate", "bench"])
+def test_a_rank_failing_alone_ends_the_job_at_once(tmp_path, where):
+    """Rank 1 raises in the middle of a measurement while rank 0 waits in a collective: the job ends within
+    seconds with a non-zero status and rank 1's error (not after the 30-60 s timeouts, not with a hang)."""
+    import time
+
+    program = Path(__file__).parent / "mpi_programs" / "failing_rank.py"
+    args = (["calibrate", "--out", "cal.json", "--no-default", "--quick"] if where == "calibrate" else
+            ["bench", "allreduce", "-b", "64K", "-e", "64K", "-n", "2", "-w", "1", "--algorithms", "ring"])
+    env = dict(os.environ, MPIEXEC_TIMEOUT="90", COLLECTIVES_TIMEOUT="60",
+               COLLECTIVES_CALIBRATION=str(tmp_path / "default-calibration.json"))
+    start = time.monotonic()
+    proc = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, str(program), where, "1", *args],
+                          capture_output=True, text=True, timeout=110, env=env, cwd=tmp_path)
+    elapsed = time.monotonic() - start
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    assert elapsed < 25, (elapsed, proc.stderr[-2000:])
+    assert f"collectives {where}: rank 1: error: RuntimeError: injected failure on rank 1" in proc.stderr, \
+        proc.stderr[-3000:]
+    assert not (tmp_path / "cal.json").exists()

@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .job_errors import abort_job_on_error
+
 COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce")
 
 
@@ -114,7 +116,8 @@ def run(args) -> int:
             if comm.rank == 0:
                 print(f"collectives bench: error: {exc}", file=sys.stderr)
             return 2
-        status = bench.run()
+        with abort_job_on_error(comm.mpi_comm, "bench"):  # a rank failing alone mid-run ends the job
+            status = bench.run()
         return int(comm.mpi_comm.allreduce(status, op=MPI.MAX))
     finally:
         comm.close()
@@ -128,11 +131,4 @@ def _calibrate_into(comm, path: str) -> None:
         if comm.rank == 0:
             print(f"# calibrate: {msg}", file=sys.stderr, flush=True)
 
-    failed = None
-    try:
-        measure_and_save(comm, [path], log=log)
-    except OSError as exc:  # rank 0 could not write the file: every rank reports it (below)
-        failed = f"cannot write the calibration to {path}: {exc}"
-    failed = comm.mpi_comm.bcast(failed, root=0)
-    if failed:
-        raise OSError(failed)
+    measure_and_save(comm, [path], log=log)  # OSError on every rank if rank 0 cannot write the file

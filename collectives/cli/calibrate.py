@@ -14,6 +14,8 @@ import argparse
 import json
 import sys
 
+from .job_errors import abort_job_on_error
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("calibrate", help="measure this host under mpiexec and write a loopback topology",
@@ -31,24 +33,33 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def measure_and_save(comm, paths: list[str], quick: bool = False, json_path: str | None = None, log=None):
     """Calibrate over `comm` (every rank) and, on rank 0, write the topology with its calibration to each of
-    `paths` and the raw numbers to `json_path`. Returns (numbers, topology, written paths); rank 0's paths only."""
+    `paths` and the raw numbers to `json_path`. Returns (numbers, topology, written paths); rank 0's paths only.
+    Raises OSError on every rank if rank 0 cannot write; an error of some ranks only while measuring aborts the
+    job (cli/job_errors.py)."""
     from ..benchmark.calibrate import calibrate, calibration_entry, topology_from
     from ..topology import save
 
-    numbers = calibrate(comm, quick=quick, log=log)
-    topo = topology_from(numbers)
-    written = []
+    with abort_job_on_error(comm.mpi_comm, "calibrate"):  # a rank failing alone mid-measurement ends the job
+        numbers = calibrate(comm, quick=quick, log=log)
+        topo = topology_from(numbers)
+    written, failed = [], None
     if comm.rank == 0:
-        for path in paths:
-            out = save(topo, path)
-            data = json.loads(out.read_text())
-            data["calibration"] = calibration_entry(numbers)  # raw curves: metadata, topology.load ignores it
-            out.write_text(json.dumps(data, indent=2) + "\n")
-            written.append(str(out))
-        if json_path:
-            with open(json_path, "w") as f:
-                json.dump(numbers, f, indent=1)
-                f.write("\n")
+        try:
+            for path in paths:
+                out = save(topo, path)
+                data = json.loads(out.read_text())
+                data["calibration"] = calibration_entry(numbers)  # raw curves: metadata, topology.load ignores it
+                out.write_text(json.dumps(data, indent=2) + "\n")
+                written.append(str(out))
+            if json_path:
+                with open(json_path, "w") as f:
+                    json.dump(numbers, f, indent=1)
+                    f.write("\n")
+        except OSError as exc:
+            failed = f"cannot write the calibration: {exc}"
+    failed = comm.mpi_comm.bcast(failed, root=0)  # every rank reports rank 0's failure to write, together
+    if failed:
+        raise OSError(failed)
     return numbers, topo, written
 
 
@@ -65,7 +76,12 @@ def run(args) -> int:
         targets = [args.out] if args.out else []
         if not args.no_default:
             targets.append(str(calibration_path()))
-        numbers, topo, written = measure_and_save(comm, targets, args.quick, args.json, log)
+        try:
+            numbers, topo, written = measure_and_save(comm, targets, args.quick, args.json, log)
+        except OSError as exc:  # rank 0 could not write: raised on every rank, all exit 2 together
+            if comm.rank == 0:
+                print(f"collectives calibrate: error: {exc}", file=sys.stderr)
+            return 2
         if comm.rank == 0:
             _report(numbers, topo, written)
         return 0

@@ -65,7 +65,7 @@ def test_runner_choices_follow_the_measured_table(runner_host, oversubscribed):
         for nbytes in (8, 512, 4 << 10, 64 << 10, 1 << 20):
             got = pick(collective, nbytes, oversubscribed)
             assert got.algorithm in algorithms.names(collective) and "run in C" in got.reason, (collective, got)
-        nbytes = 32 << 20 if collective == "reduce_scatter" and oversubscribed else 16 << 20
+        nbytes = 16 << 20
         large = pick(collective, nbytes, oversubscribed)
         assert (large.algorithm == "native") == (collective != "reduce"), (collective, large)
         if large.algorithm == "native":

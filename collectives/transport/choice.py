@@ -126,7 +126,7 @@ RUNNER_TABLE: dict[tuple[str, bool], tuple[tuple[float, str, dict], ...]] = {
     ("allgather", False): ((2 * MIB, "ring", {}), (INF, "native", {})),
     ("allgather", True): ((4 * KIB, "recursive_doubling", {}), (4 * MIB, "ring", {}), (INF, "native", {})),
     ("reduce_scatter", False): ((4 * MIB, "ring", {}), (48 * MIB, "native", {}), (INF, "ring", {})),
-    ("reduce_scatter", True): ((2 * MIB, "direct", {}), (32 * MIB, "ring", {}), (INF, "native", {})),
+    ("reduce_scatter", True): ((2 * MIB, "direct", {}), (16 * MIB, "ring", {}), (INF, "native", {})),
 }
 
 

@@ -404,8 +404,8 @@ class Communicator:
         # same call the general path makes, without the queue and the per-call Python around it.
         if self._runner_fast and type(x) is np.ndarray and self._fast_ready and not async_op and not self._queue \
                 and deterministic is None and accumulate is None and not params:
-            fast = self._runner_call("allreduce", x, out, op, None, algorithm, timeout)
-            if fast is not _NOT_SERVED:
+            fast = self._runner_allreduce(x, out, op, algorithm, timeout)
+            if fast is not None:
                 return fast
         # The small-message shortcut (`_fast_below` is 0 when the communicator's settings rule it out); the
         # conditions are ordered cheapest first: this line is most of a tiny call's Python cost.
@@ -424,6 +424,51 @@ class Communicator:
                 return fast
         return self._call("allreduce", x, out, op, None, algorithm, async_op, timeout, params, deterministic,
                           accumulate)
+
+    def _runner_allreduce(self, x: np.ndarray, out, op: str, algorithm: str, timeout: float | None):
+        """An allreduce over shared memory with nothing but the plan runner in the way: a cached runner per
+        (count, dtype, op, in place or not, algorithm) for the schedule the general path would run (auto's
+        pick, or the algorithm named), pointed at x and out, run to the end in C. Returns None (take the
+        general path) unless every condition holds: contiguous arrays of a dtype the C kernels reduce
+        single-threaded, out a fresh array, x itself or an exact match of x, a schedule without switch nodes,
+        and the shared-memory arena already created and large enough (its creation and growth are collective:
+        the general path does them, and every rank sees the same arena state, so every rank takes the same
+        path). The other collectives take `_runner_call`; allreduce keeps this narrower copy, its hottest path
+        (a tiny call is ~2 us: each check here is measurable)."""
+        if out is None:
+            lazy = True
+        elif out is x:
+            lazy = False
+        elif type(out) is not np.ndarray or out.dtype != x.dtype or out.shape != x.shape \
+                or not out.flags.writeable or not out.flags.c_contiguous \
+                or ((out.base is not None or x.base is not None) and np.may_share_memory(x, out)):
+            return None  # the general path raises the precise errors (overlapping views included)
+        else:
+            lazy = True
+        if not x.flags.c_contiguous or (out is x and not x.flags.writeable):
+            return None
+        key = ("allreduce", x.size, x.dtype, op, lazy, algorithm, None)
+        entry = self._runners.get(key)
+        if entry is False:  # this call can never take the shortcut (e.g. a schedule with switch nodes)
+            return None
+        if entry is None or entry.runner.windows is not entry.arena.views:
+            entry = self._runner_entry(key)
+            if entry is None:
+                return None
+        if out is None:
+            out = np.empty_like(x)
+        self._seq += 1
+        entry.calls += 1
+        self.last_choice = entry.choice
+        runner = entry.runner
+        if not runner.run(out, x if lazy else None, _shm.NATIVE_POLLS, _executor._oversubscribed):
+            # a late peer: the bounded wait with the full timeout report
+            execution = _shm.RunnerExecution(runner)
+            task = _ScheduleTask(self._seq, "allreduce", entry.choice, lambda: out, lambda: execution, None)
+            task.start()
+            self._queue.append(task)
+            self._wait_for(task, timeout)
+        return out
 
     def _shortcut(self, collective: str, x: np.ndarray, out, op: str, root, algorithm: str,
                   timeout: float | None):

@@ -546,7 +546,10 @@ class Communicator:
         0.5-0.7 us against 1.2-1.8 us for the nonblocking call, 1.4-2.1 us blocking; measured). The key is what
         every rank of a matching call agrees on, so every rank creates and evicts the same requests in the same
         order (their initialisation is collective); the caller's buffers (validated by `_small_native_call`) are
-        only copied from and into."""
+        only copied from and into. A rank whose call takes the general path instead (an earlier async handle
+        still pending, a strided input) posts the nonblocking collective against the others' persistent one:
+        MPICH 5 matches the two (both run its nonblocking schedules; checked for Bcast, Allgather and Reduce at
+        n=2 and 3), which the MPI standard does not promise; `_persistent_allreduce` relies on the same."""
         p, r = self.size, self.rank
         key = (collective, x.size, x.dtype, op, root)
         entry = self._persistent.get(key)

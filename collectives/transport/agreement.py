@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import zlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 from mpi4py import MPI
@@ -81,9 +81,12 @@ class Agreement:
     """The agreement of one call, driven without blocking: `start()` posts, `test()` returns True once all
     ranks agree and raises CallMismatchError (on every rank) when they do not."""
 
-    def __init__(self, comm: MPI.Comm, meta: CallMeta, rank: int) -> None:
+    def __init__(self, comm: MPI.Comm, meta: CallMeta, rank: int, vector: np.ndarray | None = None) -> None:
         self.comm = comm
         self.meta = meta
+        # meta.vector() precomputed (the communicator caches it per call signature, with call = vector[0]: meta's
+        # own call number is then a placeholder, set from the vector if a mismatch is reported)
+        self._vector = vector
         self.rank = rank
         self.started = False
         self.stage = "agreement"
@@ -93,7 +96,7 @@ class Agreement:
         self._differ: list[str] = []
 
     def start(self) -> None:
-        v = self.meta.vector()
+        v = self.meta.vector() if self._vector is None else self._vector
         self._buf = np.empty(2 * v.size, dtype=np.int64)
         self._req = self.comm.Iallreduce(np.concatenate([v, -v]), self._buf, MPI.MIN)
         self.started = True
@@ -106,9 +109,11 @@ class Agreement:
         if self._records is None:
             k = len(FIELDS)
             lo, hi = self._buf[:k], -self._buf[k:]
-            self._differ = [f for f, a, b in zip(FIELDS, lo, hi, strict=True) if a != b]
-            if not self._differ:
+            if np.array_equal(lo, hi):
                 return True
+            self._differ = [f for f, a, b in zip(FIELDS, lo, hi, strict=True) if a != b]
+            if self._vector is not None and self.meta.call != int(self._vector[0]):
+                self.meta = replace(self.meta, call=int(self._vector[0]))
             self.stage = "mismatch report (allgather of the call records)"
             send = np.frombuffer(self.meta.record(), dtype=np.uint8)
             self._records = np.empty(_RECORD * self.comm.Get_size(), dtype=np.uint8)

@@ -314,6 +314,10 @@ class Communicator:
         # the shortcut's decision per (collective, count, dtype, algorithm): auto's native Choice, or None
         self._native_choices: dict[tuple, Choice | None] = {}
         self._fast_ready = self._check == "off"  # the inline shortcut: no agreement; False once closed/failed
+        # the shortcuts with the metadata agreement run inline first (check="metadata"); False once closed/failed
+        self._agreed_ready = self._check == "metadata"
+        # agreement vectors and call records per call signature (the call number apart)
+        self._meta_vectors: dict[tuple, tuple[np.ndarray, CallMeta]] = {}
         # persistent requests of tiny allreduces, oldest first (MPI-4; COLLECTIVES_PERSISTENT=0 turns them off)
         self._persistent: dict[tuple, tuple[np.ndarray, MPI.Prequest]] = {}
         self._persistent_below = PERSISTENT_BELOW if MPI.Get_version() >= (4, 0) and \
@@ -355,6 +359,7 @@ class Communicator:
     def check(self, mode: str) -> None:
         self._check = check_mode(mode)
         self._fast_ready = self._check == "off" and not self._closed and self._failure is None
+        self._agreed_ready = self._check == "metadata" and not self._closed and self._failure is None
 
     @property
     def stats(self) -> dict[str, int]:
@@ -402,8 +407,9 @@ class Communicator:
             timeout = check_timeout(timeout)
         # All ranks on this host: the schedule (auto's pick or the one named) runs in C (shm_program.py), the
         # same call the general path makes, without the queue and the per-call Python around it.
-        if self._runner_fast and type(x) is np.ndarray and self._fast_ready and not async_op and not self._queue \
-                and deterministic is None and accumulate is None and not params:
+        if self._runner_fast and type(x) is np.ndarray and (self._fast_ready or self._agreed_ready) \
+                and not async_op and not self._queue and deterministic is None and accumulate is None and not params \
+                and not self.deterministic and self.accumulate in (None, "input"):
             fast = self._runner_allreduce(x, out, op, algorithm, timeout)
             if fast is not None:
                 return fast
@@ -455,9 +461,11 @@ class Communicator:
             entry = self._runner_entry(key)
             if entry is None:
                 return None
+        self._seq += 1
+        if self._agreed_ready:  # before anything is written: a mismatch leaves every buffer as it was
+            self._agree_inline("allreduce", x, op, None, algorithm, entry.choice, timeout)
         if out is None:
             out = np.empty_like(x)
-        self._seq += 1
         entry.calls += 1
         self.last_choice = entry.choice
         runner = entry.runner
@@ -488,16 +496,17 @@ class Communicator:
         if native is not None:
             if op not in _NATIVE_OPS:
                 return _NOT_SERVED
-            return self._small_native_call(collective, x, out, op, root, timeout, native)
+            return self._small_native_call(collective, x, out, op, root, algorithm, timeout, native)
         if self._runner_fast:
             return self._runner_call(collective, x, out, op, root, algorithm, timeout)
         return _NOT_SERVED
 
-    def _small_native_call(self, collective: str, x: np.ndarray, out, op: str, root, timeout: float | None,
-                           choice: Choice):
+    def _small_native_call(self, collective: str, x: np.ndarray, out, op: str, root, algorithm: str,
+                           timeout: float | None, choice: Choice):
         """MPI's own reduce_scatter (Reduce_scatter_block), allgather, broadcast or reduce, posted nonblocking
         on the call's buffers and polled with the general path's deadline, without its queue and Python (a tiny
-        call through the general path costs ~5x MPI's own, measured). _NOT_SERVED unless the buffers are what
+        call through the general path costs ~5x MPI's own, measured); with check="metadata" after the same
+        agreement as the general path's. _NOT_SERVED unless the buffers are what
         the general path would accept without copies: contiguous, out absent, x itself where that means in
         place (reduce on the root), or a separate writeable array of the right dtype and size."""
         p, r, n = self.size, self.rank, x.size
@@ -519,10 +528,15 @@ class Communicator:
                 return _NOT_SERVED
         if collective == "reduce_scatter" and n % p:
             return _NOT_SERVED
+        self._seq += 1
+        if self._agreed_ready:  # before anything is posted or written
+            self._agree_inline(collective, x, op, root, algorithm, choice, timeout)
         if out is None and (collective != "reduce" or r == root):
             out = np.empty(_output_shape(collective, x, p), dtype=x.dtype)
-        if x.nbytes <= self._persistent_below:
-            return self._persistent_call(collective, x, out, op, root, timeout, choice)
+        # nonblocking, as the general path posts it (`_native_post`): a rank whose call takes that path (an async
+        # handle still pending) posts the same operation, and MPICH matches nonblocking collectives by order.
+        # (Persistent requests would be faster for tiny calls, but MPICH does not match a persistent request
+        # with a nonblocking call of another rank once the communicator has run other collectives: measured.)
         c, mpi_op = self._comm, _NATIVE_OPS[op]
         if collective == "reduce_scatter":
             req = c.Ireduce_scatter_block(x, out, mpi_op)
@@ -534,66 +548,38 @@ class Communicator:
             req, out = c.Ireduce(x, None, mpi_op, root), None
         else:
             req = c.Ireduce(MPI.IN_PLACE if out is x else x, out, mpi_op, root)
-        self._seq += 1
         self._fast_calls += 1
         self.last_choice = choice
         return self._finish_small(req, out, timeout, collective, choice)
 
-    def _persistent_call(self, collective: str, x: np.ndarray, out, op: str, root, timeout: float | None,
-                         choice: Choice):
-        """A tiny reduce_scatter, allgather, broadcast or reduce through a persistent MPI request on buffers the
-        communicator owns, one per (collective, count, dtype, op, root), as `_persistent_allreduce` (n=2, 512 B:
-        0.5-0.7 us against 1.2-1.8 us for the nonblocking call, 1.4-2.1 us blocking; measured). The key is what
-        every rank of a matching call agrees on, so every rank creates and evicts the same requests in the same
-        order (their initialisation is collective); the caller's buffers (validated by `_small_native_call`) are
-        only copied from and into. A rank whose call takes the general path instead (an earlier async handle
-        still pending, a strided input) posts the nonblocking collective against the others' persistent one:
-        MPICH 5 matches the two (both run its nonblocking schedules; checked for Bcast, Allgather and Reduce at
-        n=2 and 3), which the MPI standard does not promise; `_persistent_allreduce` relies on the same."""
-        p, r = self.size, self.rank
-        key = (collective, x.size, x.dtype, op, root)
-        entry = self._persistent.get(key)
-        if entry is None:
-            if len(self._persistent) >= PERSISTENT_REQUESTS:  # evict the oldest (same one on every rank)
-                self._persistent.pop(next(iter(self._persistent)))[1].Free()
-            c, n, mpi_op = self._comm, x.size, _NATIVE_OPS[op]
-            send = np.empty(n, x.dtype)
-            if collective == "broadcast":
-                recv, req = send, c.Bcast_init(send, root)
-            elif collective == "reduce":
-                recv = np.empty(n, x.dtype)
-                req = c.Reduce_init(send, recv, mpi_op, root)
-            elif collective == "allgather":
-                recv = np.empty(n * p, x.dtype)
-                req = c.Allgather_init(send, recv)
-            else:
-                recv = np.empty(n // p, x.dtype)
-                req = c.Reduce_scatter_block_init(send, recv, mpi_op)
-            entry = self._persistent[key] = ((send, recv), req)
-        (send, recv), req = entry
-        if collective != "broadcast" or r == root:
-            send[...] = x.reshape(-1)
-        req.Start()
-        self._seq += 1
-        self._fast_calls += 1
-        self.last_choice = choice
-        for _ in range(1024):  # _spin inlined (see _persistent_allreduce)
-            if req.Test():
-                break
-            if _executor._oversubscribed:
-                os.sched_yield()
-        else:
-            self._finish_small(req, None, timeout, collective, choice)  # bounded wait, full timeout report
-        if collective == "broadcast":
-            if r != root:
-                x.reshape(-1)[...] = recv
-            return x
-        if collective == "reduce" and r != root:
-            return None
-        if out is None:
-            out = np.empty(_output_shape(collective, x, p), dtype=x.dtype)
-        out.reshape(-1)[...] = recv
-        return out
+    def _agree_inline(self, collective: str, x: np.ndarray, op: str, root, algorithm: str, choice: Choice,
+                      timeout: float | None) -> None:
+        """check="metadata" on a shortcut: the general path's agreement for call #self._seq (the same vector and
+        the same nonblocking MPI operation, so ranks whose calls take different paths still agree), polled here; not agreed within the spin, the
+        general path's bounded wait takes over (timeout report included). Raises CallMismatchError on every
+        rank, before the call moves or writes anything."""
+        key = (collective, x.size, x.dtype, op, root, algorithm, choice.algorithm, tuple(choice.params.items()))
+        cached = self._meta_vectors.get(key)
+        if cached is None:  # the record's strings and their codes are most of an agreement's Python cost
+            if len(self._meta_vectors) >= 4096:
+                self._meta_vectors.clear()
+            meta = CallMeta(0, collective, x.size, dtype_name(x.dtype), op if collective in REDUCING else "-", root,
+                            algorithm, f"{choice.algorithm} {sorted(choice.params.items())!r}", "input", False)
+            cached = self._meta_vectors[key] = (meta.vector(), meta)
+        vector, meta = cached
+        vector = vector.copy()
+        vector[0] = self._seq
+        agreement = Agreement(self._comm, meta, self.rank, vector)
+        try:
+            if _spin(agreement.test):
+                return
+        except CallMismatchError as exc:
+            self._note_mismatch(exc)
+            raise
+        task = _Task(self._seq, collective, choice, lambda: None)
+        task.agreement = agreement
+        self._queue.append(task)
+        self._wait_for(task, timeout)
 
     def _runner_call(self, collective: str, x: np.ndarray, out, op: str, root, algorithm: str,
                      timeout: float | None):
@@ -641,6 +627,9 @@ class Communicator:
             entry = self._runner_entry(key)
             if entry is None:
                 return _NOT_SERVED
+        self._seq += 1
+        if self._agreed_ready:  # before anything is written: a mismatch leaves every buffer as it was
+            self._agree_inline(collective, x, op, root, algorithm, entry.choice, timeout)
         # the work buffer and the input the runner reads in place (None: already in the work buffer)
         source = x.reshape(-1) if lazy else None
         if collective == "broadcast":
@@ -655,7 +644,6 @@ class Communicator:
             work = result = out
             if collective == "allgather":
                 out.reshape(-1)[r * n:(r + 1) * n] = x.reshape(-1)
-        self._seq += 1
         entry.calls += 1
         self.last_choice = entry.choice
         runner = entry.runner
@@ -817,8 +805,9 @@ class Communicator:
                        timeout: float | None = None, deterministic: bool | None = None,
                        accumulate: str | None = None, **params):
         """Reduce `x` (p·k elements) over all ranks; rank r gets elements [r·k, (r+1)·k) of the result."""
-        if self._fast_ready and type(x) is np.ndarray and not async_op and not self._queue \
-                and deterministic is None and accumulate is None and not params:
+        if (self._fast_ready or self._agreed_ready) and type(x) is np.ndarray and not async_op and not self._queue \
+                and deterministic is None and accumulate is None and not params and not self.deterministic \
+                and self.accumulate in (None, "input"):
             fast = self._shortcut("reduce_scatter", x, out, op, None, algorithm, _timeout(timeout))
             if fast is not _NOT_SERVED:
                 return fast
@@ -828,7 +817,8 @@ class Communicator:
     def allgather(self, x, out=None, algorithm: str = "auto", *, async_op: bool = False,
                   timeout: float | None = None, **params):
         """Concatenate every rank's `x` (k elements) in rank order: p·k elements on every rank."""
-        if self._fast_ready and type(x) is np.ndarray and not async_op and not self._queue and not params:
+        if (self._fast_ready or self._agreed_ready) and type(x) is np.ndarray and not async_op and not self._queue \
+                and not params:
             fast = self._shortcut("allgather", x, out, "sum", None, algorithm, _timeout(timeout))
             if fast is not _NOT_SERVED:
                 return fast
@@ -837,7 +827,8 @@ class Communicator:
     def broadcast(self, x, root: int = 0, algorithm: str = "auto", *, async_op: bool = False,
                   timeout: float | None = None, **params):
         """Copy root's `x` into every rank's `x` (in place) and return it."""
-        if self._fast_ready and type(x) is np.ndarray and not async_op and not self._queue and not params:
+        if (self._fast_ready or self._agreed_ready) and type(x) is np.ndarray and not async_op and not self._queue \
+                and not params:
             fast = self._shortcut("broadcast", x, x, "sum", root, algorithm, _timeout(timeout))
             if fast is not _NOT_SERVED:
                 return fast
@@ -847,8 +838,9 @@ class Communicator:
                async_op: bool = False, timeout: float | None = None, deterministic: bool | None = None,
                accumulate: str | None = None, **params):
         """Reduce `x` over all ranks onto `root` (returns the result there, None elsewhere)."""
-        if self._fast_ready and type(x) is np.ndarray and not async_op and not self._queue \
-                and deterministic is None and accumulate is None and not params:
+        if (self._fast_ready or self._agreed_ready) and type(x) is np.ndarray and not async_op and not self._queue \
+                and deterministic is None and accumulate is None and not params and not self.deterministic \
+                and self.accumulate in (None, "input"):
             fast = self._shortcut("reduce", x, out, op, root, algorithm, _timeout(timeout))
             if fast is not _NOT_SERVED:
                 return fast
@@ -876,7 +868,7 @@ class Communicator:
                 self._wait_for(self._queue[-1], timeout)
         finally:
             self._closed = True
-            self._fast_ready = False
+            self._fast_ready = self._agreed_ready = False
             if self._failure is None:
                 for _, req in self._persistent.values():
                     req.Free()
@@ -1127,7 +1119,9 @@ class Communicator:
             k = work.size // self.size
             if k == 0:
                 return c.Ibarrier
-            send = x.reshape(-1)  # MPI only reads it; the result block lands where finish() reads it
+            # MPI only reads it (a strided input is copied: MPI takes contiguous buffers); the result block lands
+            # where finish() reads it
+            send = np.ascontiguousarray(x).reshape(-1)
             return lambda: c.Ireduce_scatter_block(send, work[r * k:(r + 1) * k], mop)
         n = x.size  # allgather: own block already in place
         return lambda: c.Iallgather(MPI.IN_PLACE, work) if n else c.Ibarrier()
@@ -1290,7 +1284,7 @@ class Communicator:
         if self._failure is not None:
             return
         self._failure = exc
-        self._fast_ready = False
+        self._fast_ready = self._agreed_ready = False
         for t in self._queue:
             if isinstance(t, _ScheduleTask) and t.run is not None:
                 t.run.cancel()

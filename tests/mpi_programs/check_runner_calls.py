@@ -3,7 +3,8 @@ check="off", against MPI's own collectives on the same inputs, bitwise. With the
 ranks on one host, COLLECTIVES_SHM_C not 0) calls of every schedule without switch nodes go straight to the
 runner (Communicator._runner_call); with COLLECTIVES_SHM_C=0 the same calls take the general path, and every
 check below holds for both. Calls auto gives to MPI's own collective are posted directly
-(Communicator._small_native_call) in both.
+(Communicator._small_native_call) in both. The end repeats some with check="metadata" (the agreement inline),
+with ranks on different paths, and a mismatch.
 
 Covers every algorithm of each collective and auto, every MPI-native dtype x op (small integers: exact in every
 dtype), out=None / separate out / in place where the collective has one, roots 0 and p-1, 2-D arrays, repeated
@@ -179,6 +180,39 @@ try:
 except ValueError as exc:
     if "read-only" not in str(exc):
         failures.append(f"read-only broadcast: {exc}")
+
+# check="metadata": the same shortcuts after an inline agreement (the general path's vector and operation)
+comm.check = "metadata"
+for collective, algorithm in (("reduce_scatter", "auto"), ("allgather", "auto"), ("broadcast", "auto"),
+                              ("reduce", "auto"), ("allgather", "native"), ("broadcast", "binomial")):
+    for count in (3, 1000):
+        salt += 1
+        case(collective, algorithm, np.dtype(np.int32), "sum", count * p if collective == "reduce_scatter" else count,
+             "new", 0 if collective in ("broadcast", "reduce") else None, salt)
+# ranks on different paths agree: rank 0's input is a strided view (the general path), the others' contiguous
+cases += 1
+base = data(2 * 6 * p, np.dtype(np.int64), 30)
+x = base[::2] if rank == 0 else np.ascontiguousarray(base[::2])
+ref = reference("reduce_scatter", np.ascontiguousarray(x), "sum", None)
+if not same(comm.reduce_scatter(x), ref):
+    failures.append("metadata: mixed paths (strided input on rank 0): result differs")
+# a mismatch between shortcut calls: CallMismatchError on every rank, nothing written, still usable
+cases += 1
+y = data(4 * p, np.dtype(np.float32), 31)
+keep, out = y.copy(), np.full(4 * p * p, 9, np.float32)
+try:
+    if rank == p - 1:
+        comm.broadcast(y)
+    else:
+        comm.allgather(y, out=out)
+    failures.append("metadata: mismatched broadcast/allgather: no error")
+except Exception as exc:  # noqa: BLE001
+    if type(exc).__name__ != "CallMismatchError" or "collective differs" not in str(exc):
+        failures.append(f"metadata: mismatch raised {type(exc).__name__}: {exc}")
+if not same(y, keep) or not (out == 9).all():
+    failures.append("metadata: a mismatched call wrote a buffer")
+case("allgather", "auto", np.dtype(np.float32), "sum", 5, "new", None, 32)
+comm.check = "off"
 
 served = {name: sum(1 for key, entry in comm._runners.items() if key[0] == name and entry)
           for name in ("reduce_scatter", "allgather", "broadcast", "reduce")}

@@ -109,9 +109,8 @@ LARGE_SHM_OVERSUBSCRIBED = {
 # reduce_scatter, allgather, broadcast and reduce over shared memory with the plan runner (with check="off" the
 # communicator's runner shortcut: one C call per call), per (collective, more ranks than cores): rows
 # (below this many bytes of each rank's input, algorithm, params), the first row above the call's size wins;
-# "native" is MPI's own collective. Small calls stay on the runner (its schedules beat the fastest way this
-# library can post MPI's own, a persistent request: n=2, 512 B-8 KiB, 0.73-0.87x of a bare MPI call against
-# 0.62-0.73x); large broadcast, allgather and reduce_scatter go back to MPI, which copies once between the
+# "native" is MPI's own collective. Small calls stay on the runner (n=2, 512 B-8 KiB: 0.73-0.87x of a bare MPI
+# call, against 0.62-0.73x for MPI's own posted from Python even through a persistent request); large broadcast, allgather and reduce_scatter go back to MPI, which copies once between the
 # ranks' buffers where the windows copy twice (except reduce_scatter at n=2 from 48 MiB, where MPICH's falls off
 # a cliff). Measured with `bench/bench_mpi.py --comm-check off --collective C` at n=2 (ranks <= cores) and n=4
 # on 2 cores, 3-4 runs each; above 2 MiB the VM's memory state moves the ratios by up to 2x between runs, and the

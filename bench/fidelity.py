@@ -23,7 +23,10 @@ launches in the other is an error of neither launch. The line under each table a
 and how many predictions each run got within 25% of its own measurements.
 
 Prints one markdown table per N (size, algorithm, each run's in-place time and prediction, their medians, error,
-within 25%) and a summary line; --check exits 1 unless every prediction is within 25% of the measurement.
+within 25%) and a summary line; --check exits 1 unless every prediction is within 25% of the measurement. A run
+whose bench found the host's cores placed otherwise than its calibration did (collectives.benchmark.host_state:
+on a VM the hypervisor moves vCPUs, and a copy round at 4 MiB changes 3x with it) is marked * in the table, and
+a line says how the cells fare without those runs; the headline count keeps every run.
 """
 
 from __future__ import annotations
@@ -61,17 +64,31 @@ def size_label(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB" if n >= 1 << 10 else f"{n} B"
 
 
-def table(ranks: int, runs: list[dict]) -> tuple[list[str], int, int]:
-    """Markdown rows for one world size from the runs' JSON; (lines, within tolerance, total)."""
+def moved(m: dict, calibration: dict | None) -> bool:
+    """Whether this row ran with the host's cores placed otherwise than when its calibration ran (bench records
+    the core-to-core distance per size; calibrations record it before and after their window rounds)."""
+    from collectives.benchmark.host_state import state_changed
+
+    cal = (calibration or {}).get("core_to_core_s") or []
+    now = m.get("core_to_core_ns")
+    return now is not None and any(state_changed(c, now * 1e-9) for c in cal)
+
+
+def table(ranks: int, runs: list[dict], calibrations: list[dict | None] | None = None) -> tuple[list[str], int, int]:
+    """Markdown rows for one world size from the runs' JSON (and their calibrations, for the host state);
+    (lines, within tolerance, total)."""
+    calibrations = calibrations or [None] * len(runs)
     times: dict[tuple[int, str], list[float]] = {}
     predicted: dict[tuple[int, str], list[float]] = {}
-    for data in runs:
+    other: dict[tuple[int, str], list[bool]] = {}
+    for data, cal in zip(runs, calibrations, strict=True):
         for m in data["measurements"]:
             if m["algorithm"] == "native" or not m["in_place"] or m.get("predicted_us") is None:
                 continue
             key = (m["size"], m["algorithm"])
             times.setdefault(key, []).append(m["time_us"])
             predicted.setdefault(key, []).append(m["predicted_us"])
+            other.setdefault(key, []).append(moved(m, cal))
     per_run_ok = []
     for data in runs:
         rows = [m for m in data["measurements"]
@@ -79,7 +96,7 @@ def table(ranks: int, runs: list[dict]) -> tuple[list[str], int, int]:
         per_run_ok.append(sum(abs(m["predicted_us"] / m["time_us"] - 1) <= TOLERANCE for m in rows))
     lines = [f"| n={ranks} size | algorithm | measured / predicted per run (us) | measured (us) | predicted (us) | "
              f"error | within {TOLERANCE:.0%} |", "|---:|---|---|---:|---:|---:|:-:|"]
-    ok = unpaired_ok = 0
+    ok = unpaired_ok = same_ok = same_cells = 0
     for key, ts in sorted(times.items()):
         guesses = predicted[key]
         measured, guess = statistics.median(ts), statistics.median(guesses)
@@ -87,12 +104,24 @@ def table(ranks: int, runs: list[dict]) -> tuple[list[str], int, int]:
         err = statistics.median(g / t - 1 for t, g in zip(ts, guesses, strict=True))
         ok += abs(err) <= TOLERANCE
         unpaired_ok += abs(guess / measured - 1) <= TOLERANCE
-        per_run = ", ".join(f"{t:.0f}/{g:.0f}" for t, g in zip(ts, guesses, strict=True))
+        same = [g / t - 1 for t, g, o in zip(ts, guesses, other[key], strict=True) if not o]
+        if same:
+            same_cells += 1
+            same_ok += abs(statistics.median(same)) <= TOLERANCE
+        per_run = ", ".join(f"{t:.0f}/{g:.0f}{'*' if o else ''}"
+                            for t, g, o in zip(ts, guesses, other[key], strict=True))
         lines.append(f"| {size_label(key[0])} | {key[1]} | {per_run} | {measured:.0f} | {guess:.0f} | {err:+.0%} | "
                      f"{'yes' if abs(err) <= TOLERANCE else 'no'} |")
     lines.append(f"\nn={ranks}: {ok} of {len(times)} within {TOLERANCE:.0%} (error: the median over runs of each run's "
                  f"prediction against its own measurement); median prediction against median measurement: "
                  f"{unpaired_ok} of {len(times)}; per run: {', '.join(f'{k} of {len(times)}' for k in per_run_ok)}")
+    marked = sum(sum(v) for v in other.values())
+    if marked:
+        from collectives.benchmark.host_state import FAR_RATIO
+
+        lines.append(f"{marked} of {sum(map(len, other.values()))} rows (*) ran with the host's cores placed otherwise "
+                     f"than in their calibration (bench's core-to-core probe over {FAR_RATIO:g}x the calibrated "
+                     f"distance); counting only the other rows: {same_ok} of {same_cells} within {TOLERANCE:.0%}")
     return lines, ok, len(times)
 
 
@@ -140,7 +169,11 @@ def main(argv: list[str] | None = None) -> int:
                  "--algorithms", args.algorithms, "--predict", str(cal), "--stat", "median", "-c", "0",
                  "--json", str(path), *(["--calibrate"] if args.calibrate == "inline" else [])], args.timeout)
             runs.append(json.loads(path.read_text()))
-        lines, ok, count = table(n, runs)
+        cals = []
+        for r in range(args.runs):
+            cal_path = out / f"cal{n}-{0 if args.calibrate == 'once' else r}.json"
+            cals.append(json.loads(cal_path.read_text()).get("calibration") if cal_path.exists() else None)
+        lines, ok, count = table(n, runs, cals)
         print("\n".join(lines) + "\n", flush=True)
         total_ok, total = total_ok + ok, total + count
     print(f"{total_ok} of {total} predictions within {TOLERANCE:.0%} (median over {args.runs} run(s) of each run's error)")

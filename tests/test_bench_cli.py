@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from collectives.benchmark import format as fmt
@@ -111,6 +112,14 @@ def test_calibrate_then_predict_and_osu(tmp_path):
     assert all(t > 0 for curve in cal["window_s"].values() for _, t in curve)
     assert cal["ranks_per_host"] == 2 and cal["cores"] >= 1  # the shared-core bound's inputs
     assert "2 per host on" in proc.stdout
+    probed = cal["cores"] >= 2 and "core_to_core_s" in cal  # a second core, and the C plan runner
+    if cal["cores"] >= 2:
+        from collectives.transport import shm_program
+
+        assert probed == (shm_program.kernel_for(np.dtype(np.float32), "sum", 0) is not None)
+    if probed:  # before and after the window rounds; a cache line between cores takes 10 ns-10 us
+        assert len(cal["core_to_core_s"]) == 2 and all(1e-8 < t < 1e-5 for t in cal["core_to_core_s"])
+        assert "core to core" in proc.stdout
     from collectives.simulate import simulate
     from collectives.topology import load
 
@@ -124,6 +133,8 @@ def test_calibrate_then_predict_and_osu(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = table_rows(proc.stdout)
     assert len(rows) == 3 * 2
+    # the host state is probed again per size and compared with the calibration's
+    assert ("# Host state: cores " in proc.stdout) == probed
     for f in rows:
         assert f[9:13] == ["N/A"] * 4  # no in-place reduce_scatter in the Communicator API
         assert (f[-2] == "n/a") == (f[-1] == "native")

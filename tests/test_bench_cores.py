@@ -189,3 +189,24 @@ def test_a_schedule_with_a_switch_node_is_priced_by_the_links_bound(tmp_path, ca
                                      schedule, world_size=p, itemsize=4,
                                      reduce_rate=float(topo.reduce_throughput("float32")), share=2.0, cores=2)
     assert pred.predict("allreduce", "nvls", {}, nbytes) == pytest.approx(expected)
+
+
+def test_a_changed_placement_of_the_cores_is_over_2x_either_way():
+    from collectives.benchmark.host_state import state_changed
+
+    assert not state_changed(40e-9, 70e-9) and not state_changed(40e-9, 25e-9)
+    assert state_changed(40e-9, 240e-9) and state_changed(240e-9, 40e-9)
+    assert not state_changed(None, 40e-9) and not state_changed(40e-9, None)  # nothing to compare
+
+
+def test_the_core_distance_probe_needs_a_second_rank_on_the_host():
+    """One rank alone on its host has nobody to bounce a cache line with: the probe is None on every rank."""
+    from mpi4py import MPI
+
+    from collectives.benchmark.host_state import CoreDistance
+
+    probe = CoreDistance(MPI.COMM_SELF)
+    try:
+        assert probe.measure() is None
+    finally:
+        probe.close()

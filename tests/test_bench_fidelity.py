@@ -53,3 +53,25 @@ def test_help_of_every_bench_script_prints():
     for script in sorted((Path(__file__).parents[1] / "bench").glob("*.py")):
         proc = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0 and "usage:" in proc.stdout, (script.name, proc.stderr[-2000:])
+
+
+def test_rows_run_with_the_cores_placed_otherwise_are_marked_and_counted_apart():
+    """bench records the core-to-core distance per size, calibrations before and after their window rounds; a
+    row more than 2x away (either way) ran in another placement of the host's cores: marked *, and a line gives
+    the cells' count without those rows, while the headline keeps every run."""
+    def run(t: float, p: float, ns: float) -> dict:
+        return {"measurements": [{"algorithm": "ring", "size": 4 << 20, "in_place": True, "time_us": t,
+                                  "predicted_us": p, "core_to_core_ns": ns}]}
+
+    near = {"core_to_core_s": [40e-9, 45e-9]}
+    runs = [run(100.0, 105.0, 42.0), run(300.0, 100.0, 230.0), run(320.0, 100.0, 240.0)]
+    lines, ok, total = fidelity.table(4, runs, [near, near, near])
+    assert (ok, total) == (0, 1)  # two of three runs are 3x off: the paired median misses
+    assert any("| 4 MiB | ring | 100/105, 300/100*, 320/100* |" in line for line in lines)
+    assert lines[-1].startswith("2 of 3 rows (*) ran with the host's cores placed otherwise")
+    assert lines[-1].endswith("counting only the other rows: 1 of 1 within 25%")
+    assert fidelity.moved({"core_to_core_ns": 42.0}, near) is False
+    assert fidelity.moved({"core_to_core_ns": 15.0}, near) is True  # closer counts too
+    assert fidelity.moved({}, near) is False and fidelity.moved({"core_to_core_ns": 240.0}, None) is False
+    plain, _, _ = fidelity.table(4, runs)  # without calibrations (older runs) nothing is marked
+    assert not any("*" in line or "placed otherwise" in line for line in plain)

@@ -37,7 +37,10 @@ share cores in calibration exactly as they will in `collectives bench`):
    of tiny arrays, through the same path, give the cost per round (difference / (2p-3)) and per call (the
    ring's time less its rounds);
 7. the host's cores (the union of its ranks' CPU affinities) and ranks per host: with more ranks than cores,
-   `bench --predict` prices schedules that idle ranks by processor time as well (benchmark/cores.py).
+   `bench --predict` prices schedules that idle ranks by processor time as well (benchmark/cores.py);
+8. how far apart two of rank 0's host's cores are (`core_to_core_s`, one-way seconds of a cache line, before
+   and after the window curves: benchmark/host_state.py): the state of the host the curves describe, which a
+   VM's hypervisor may change while a job runs; `bench --predict` measures it again per size.
 
 The topology is `preset("loopback", ranks=p)` with nvlink_bandwidth = B, nvlink_latency = per-round / 2 and
 reduce_bandwidth = {dtype: measured, "default": float32's}; `calibration` in the JSON keeps the raw numbers.
@@ -54,6 +57,8 @@ import statistics
 import time
 
 import numpy as np
+
+from .host_state import CoreDistance
 
 PINGPONG_SIZES = [8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20]
 EXCHANGE_SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
@@ -365,7 +370,12 @@ def calibrate(comm, quick: bool = False, log=None) -> dict:
         say("transport round and call costs ...")
         fixed = transport_fixed_costs(comm, quick=quick)
         say("shared-memory windows: copy and reduce rounds ...")
+        # the host state the window curves carry: how far apart the cores are, before and after them
+        distance = CoreDistance(mpi_comm)
+        core_to_core = [distance.measure()]
         window, sync_round = window_exchange(mpi_comm, quick=quick)
+        core_to_core.append(distance.measure())
+        distance.close()  # not on an error: freeing its window waits for every rank, and one has failed
     finally:
         mpi_comm.Free()
     return {"ranks": comm.size, "oversubscribed": bool(executor._oversubscribed), "comm_check": comm.check,
@@ -374,6 +384,7 @@ def calibrate(comm, quick: bool = False, log=None) -> dict:
             "exchange_s": [[n, t] for n, t in ex], "exchange_latency_s": ex_a, "exchange_bandwidth": ex_B,
             "memcpy_bandwidth": copy_bw, "reduce_bandwidth": red, "reduce_curve": red_curve, "window_s": window,
             "sync_round_s": sync_round,
+            **({"core_to_core_s": core_to_core} if None not in core_to_core else {}),
             **fixed}
 
 
@@ -402,7 +413,7 @@ def calibration_entry(numbers: dict) -> dict:
             "memcpy_bandwidth": numbers["memcpy_bandwidth"], "window_s": numbers["window_s"],
             "sync_round_s": numbers.get("sync_round_s", 0.0),
             "round_s": numbers["round_s"], "call_overhead_s": numbers["call_overhead_s"],
-            **{k: numbers[k] for k in ("cores", "ranks_per_host", "comm_check") if k in numbers}}
+            **{k: numbers[k] for k in ("cores", "ranks_per_host", "comm_check", "core_to_core_s") if k in numbers}}
 
 
 def _interp(points: list, x: float) -> float:

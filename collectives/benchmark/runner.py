@@ -26,6 +26,7 @@ from ..registry import parse_param_value
 from . import format as fmt
 from .cores import core_share, link_shared_core_time, shm_shared_core_time
 from .data import Pattern, count_wrong
+from .host_state import FAR_RATIO, CoreDistance, state_changed
 
 
 @dataclass
@@ -214,6 +215,47 @@ class Bench:
         self.predictor = None
         if opts.predict:  # every rank loads it (cheap, and a bad file fails everywhere alike)
             self.predictor = Predictor(opts.predict, self.p, opts.dtype, opts.op, opts.root)
+        # the host state the calibration measured, probed again per size (benchmark/host_state.py)
+        self.calibrated_distance = None
+        self.distance = None
+        if self.predictor is not None and (self.predictor.calibration or {}).get("core_to_core_s"):
+            self.calibrated_distance = [float(v) for v in self.predictor.calibration["core_to_core_s"]]
+            self.distance = CoreDistance(self.ctl)
+        self.other_state: list[tuple[int, float]] = []  # (size, one-way seconds) of rows in another state
+        self.seen_distances: list[float] = []
+
+    def probe_host(self) -> float | None:
+        """One-way core-to-core seconds now (collective), noted when the calibration's placement has changed."""
+        if self.distance is None:
+            return None
+        return self.distance.measure()
+
+    def note_host(self, records: list[dict], nbytes: int, now: float | None) -> None:
+        if now is None:
+            return
+        for rec in records:
+            rec["core_to_core_ns"] = now * 1e9
+        self.seen_distances.append(now)
+        if any(state_changed(c, now) for c in self.calibrated_distance):
+            self.other_state.append((nbytes, now))
+
+    def host_state_lines(self) -> list[str]:
+        """Comment lines for the end of the output: the calibration's placement of the cores and the rows that ran
+        in another one (their predictions describe the calibrated placement, not theirs)."""
+        if self.calibrated_distance is None or not self.seen_distances:
+            return []
+        cal = "/".join(f"{c * 1e9:.0f}" for c in self.calibrated_distance)
+        lo, hi = min(self.seen_distances) * 1e9, max(self.seen_distances) * 1e9
+        lines = [f"# Host state: cores {cal} ns apart (one way) when calibrated, {lo:.0f}-{hi:.0f} ns during the "
+                 f"measurements"]
+        if state_changed(*self.calibrated_distance):
+            lines.append("# Host state: the placement of the cores changed during the calibration itself")
+        if self.other_state:
+            sizes = sorted({n for n, _ in self.other_state})
+            lines.append(f"# Host state: sizes {', '.join(str(n) for n in sizes)} ran with the cores placed otherwise "
+                         f"(over {FAR_RATIO:g}x the calibrated distance either way): their predictions describe the "
+                         f"calibrated placement")
+        return lines
 
     # -- printing (rank 0) -------------------------------------------------------------------------------------
     def emit(self, line: str) -> None:
@@ -347,11 +389,13 @@ class Bench:
         for nbytes_asked in o.sizes:
             count = self.count_for(nbytes_asked)
             nbytes = count * o.dtype.itemsize
+            now = self.probe_host()
             for spec in o.algorithms:
                 if self.skip_reason(spec):
                     continue
                 oop = self.measure(spec, nbytes, count, in_place=False)
                 ip = self.measure(spec, nbytes, count, in_place=True) if has_in_place else None
+                self.note_host([oop] + ([ip] if ip else []), nbytes, now)
                 pred = None
                 if self.rank == 0 and self.predictor is not None:
                     pred = self.predicted(oop)
@@ -371,6 +415,8 @@ class Bench:
         for line in fmt.footer(wrong, float(np.mean(bws)) if bws else 0.0,
                                {k: float(np.mean(v)) for k, v in per_algo.items()}):
             self.emit(line)
+        for line in self.host_state_lines():
+            self.emit(line)
         self.write_files()
         return 1 if wrong else 0
 
@@ -387,7 +433,9 @@ class Bench:
             for nbytes_asked in o.sizes:
                 count = self.count_for(nbytes_asked)
                 nbytes = count * o.dtype.itemsize
+                now = self.probe_host()
                 rec = self.measure(spec, nbytes, count, in_place=False)
+                self.note_host([rec], nbytes, now)
                 if self.rank == 0 and self.predictor is not None:
                     pred = self.predicted(rec)
                     rec["predicted_us"] = None if pred is None else pred * 1e6
@@ -400,6 +448,8 @@ class Bench:
         wrong = sum(r["wrong"] or 0 for r in self.records)
         if o.check:
             self.emit(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
+        for line in self.host_state_lines():
+            self.emit(line)
         self.write_files()
         return 1 if wrong else 0
 
@@ -425,7 +475,10 @@ class Bench:
 
     def run(self) -> int:
         try:
-            return self.run_osu() if self.opts.osu else self.run_nccl()
+            result = self.run_osu() if self.opts.osu else self.run_nccl()
+            if self.distance is not None:  # not on an error: freeing its window waits for every rank
+                self.distance.close()
+            return result
         finally:
             self.ctl.Free()
 

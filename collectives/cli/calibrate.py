@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 
+from ..benchmark.host_state import state_changed
 from .job_errors import abort_job_on_error
 
 
@@ -117,6 +118,12 @@ def _report(numbers: dict, topo, written: list[str]) -> None:
               "the rounds above)")
         print(f"transport fixed costs    : {numbers['round_s'] * 1e6:.2f} us per round, "
               f"{numbers['call_overhead_s'] * 1e6:.2f} us per call")
+    if "core_to_core_s" in numbers:
+        before, after = numbers["core_to_core_s"]
+        moved = state_changed(before, after)
+        print(f"core to core             : {before * 1e9:.0f} ns one way before the window rounds, "
+              f"{after * 1e9:.0f} ns after" + ("  (the host placed its cores otherwise in between: calibrate "
+                                              "again for predictions of one state)" if moved else ""))
     print("reduce_into 2 inputs     : " + ", ".join(f"{k} {v / 1e9:.2f}" for k, v in numbers["reduce_bandwidth"].items())
           + " GB/s")
     spec = topo.to_dict()

@@ -107,6 +107,7 @@ def test_calibrate_then_predict_and_osu(tmp_path):
     assert "transport round cost" in proc.stdout and "shared-memory windows" in proc.stdout
     cal = json.loads((tmp_path / "cal.json").read_text())["calibration"]
     assert set(cal["window_s"]) == {"copy_round", "reduce_round"}
+    assert "core_mate_shift" not in cal  # 2 ranks, unbound: no core-mates to time
     # a round may cost nothing measurable over a call (the plan runner), but a call costs something
     assert cal["round_s"] >= 0 and cal["call_overhead_s"] > 0 and cal["transport_round_s"] > 0
     assert all(t > 0 for curve in cal["window_s"].values() for _, t in curve)
@@ -237,6 +238,27 @@ def test_window_phases_leave_out_the_barrier_skew_but_never_go_below_a_rank_s_ow
     seconds = _phase(MPI.COMM_SELF, lambda: (calls.append("fn"), time.sleep(0.02)), 3, span=True, skew=1.0)
     assert calls == ["fn"] * 4  # one untimed warm-up pass, then the reps
     assert 0.02 <= seconds < 0.5
+
+
+@needs_mpi
+def test_calibrate_times_core_mates_when_binding_pairs_ranks_on_cores(tmp_path):
+    """With `-bind-to core` and more ranks than cores, ranks r and r + cores share a core: calibrate also times
+    its rounds between them (the predictions price those transfers apart from crossings); unbound, nobody knows
+    who shares a core, and it does not."""
+    env = dict(os.environ, MPIEXEC_TIMEOUT=str(TIMEOUT), COLLECTIVES_TIMEOUT="30")
+    cores = len(os.sched_getaffinity(0))
+    proc = subprocess.run([str(MPIEXEC), "-bind-to", "core", "-n", "4", str(CLI), "calibrate", "--out", "cal.json",
+                           "--no-default", "--quick"], capture_output=True, text=True, timeout=TIMEOUT + 15,
+                          env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cal = json.loads((tmp_path / "cal.json").read_text())["calibration"]
+    if cores == 2:
+        assert cal["core_mate_shift"] == 2
+        assert set(cal["window_mates_s"]) >= {"copy_round", "reduce_round"}
+        assert [d for d, _ in cal["window_mates_s"]["copy_round"]] == [d for d, _ in cal["window_s"]["copy_round"]]
+        assert "between ranks 2 apart" in proc.stdout
+    elif cores >= 4:
+        assert "core_mate_shift" not in cal  # a core each
 
 
 @needs_mpi

@@ -210,3 +210,83 @@ def test_the_core_distance_probe_needs_a_second_rank_on_the_host():
         assert probe.measure() is None
     finally:
         probe.close()
+
+
+def test_core_mates_are_found_only_where_binding_puts_them_at_a_fixed_distance():
+    from collectives.benchmark.calibrate import mate_shift_of
+
+    a, b, c, d = (frozenset({i}) for i in range(4))
+    both = frozenset({0, 1})
+    assert mate_shift_of([a, b, a, b]) == 2  # mpiexec -bind-to core -n 4 on 2 cores
+    assert mate_shift_of([a, b, a, b, a, b]) == 2
+    assert mate_shift_of([a, b, c, a, b, c]) == 3
+    assert mate_shift_of([a, b, c, d]) is None  # a core each
+    assert mate_shift_of([a, a, b, b]) is None  # the left neighbour shares the core: calibrate's rounds would not cross
+    assert mate_shift_of([both] * 4) is None  # unbound: the OS decides who shares a core
+    assert mate_shift_of([a, b]) is None
+
+
+def test_mates_ratio_is_the_mates_round_over_the_crossing_one_and_at_most_one():
+    from collectives.benchmark.calibrate import mate_ratio
+
+    sizes = [1 << 20, 64 << 20]
+    cal = {"window_s": {"copy_round": [[s, 300e-6] for s in sizes]},
+           "window_mates_s": {"copy_round": [[1 << 20, 100e-6], [64 << 20, 330e-6]]}}
+    assert mate_ratio(cal, 1 << 20) == pytest.approx(1 / 3)
+    assert mate_ratio(cal, 64 << 20) == 1.0  # dearer between mates is noise: no cheaper than crossing
+    assert mate_ratio({"window_s": cal["window_s"]}, 1 << 20) is None
+
+
+def _mates_price(algorithm: str, ratio: float | None) -> float:
+    p, count = 4, 1 << 16
+    schedule = build_schedule(algorithm, from_dict(_loopback(p)), "allreduce", count)
+    return shm_shared_core_time(schedule, world_size=p, itemsize=4, bandwidth=2e9, reduce_rate=1e300, latency=0.0,
+                                handoff=0.0, share=2.0, cores=2, mates=None if ratio is None else (2, ratio))
+
+
+def test_transfers_between_core_mates_cost_a_local_copy_and_crossings_the_rest_of_a_round():
+    """ranks r and r + 2 share a core; a copy round across cores is a local copy (the mirror, ratio / 2 of it) and
+    a crossing (1 - ratio / 2), between mates two local copies. A ring crosses in every round, so its price does
+    not depend on the ratio; rabenseifner's first and last exchanges (two thirds of its bytes) are between mates:
+    its work over all ranks is (4 ratio + 2) x D of round-seconds against the ring's 6 D. With a ratio of 1 the
+    prices are the ones without mates."""
+    for algorithm in ("ring", "rabenseifner", "double_binary_tree"):
+        assert _mates_price(algorithm, 1.0) == pytest.approx(_mates_price(algorithm, None))
+    assert _mates_price("ring", 0.3) == pytest.approx(_mates_price("ring", None))
+    plans, D = _plans("rabenseifner", 4, 4096), 4096 * 4
+    ratio = 0.4
+    local, crossing = ratio / 2, 1 - ratio / 2
+    steps = [rank_steps(plan, 4, local, 0.0, lambda q, me=rank: local if (q - me) % 2 == 0 else crossing)
+             for rank, plan in enumerate(plans)]
+    assert processor_seconds(steps) == pytest.approx((4 * ratio + 2) * D)
+    assert _mates_price("rabenseifner", ratio) < 0.75 * _mates_price("ring", ratio)
+    # the tree's fused reduce reads two crossing windows: it pays both crossings
+    tree = _plans("double_binary_tree", 4, 4096)
+    inner = rank_steps(tree[1], 4, local, 0.0, lambda q: local if (q - 1) % 2 == 0 else crossing)
+    half = D // 2
+    assert inner.rounds[0][0] == pytest.approx(half * (local + 2 * (crossing - local)))
+
+
+def test_predictor_prices_core_mates_only_for_the_job_size_it_calibrated(tmp_path):
+    p, sizes = 4, [64 << 10, 64 << 20]
+    base = {"ranks": p, "cores": 2, "ranks_per_host": p, "round_s": 1e-5, "sync_round_s": 1e-5,
+            "call_overhead_s": 0.0, "exchange_s": [[s, 1e-3] for s in sizes],
+            "reduce_curve": {"float32": [[s, 1e10] for s in sizes]},
+            "window_s": {"copy_round": [[s, 1e-3] for s in sizes], "reduce_round": [[s, 1.2e-3] for s in sizes]}}
+    mates = {"core_mate_shift": 2, "window_mates_s": {"copy_round": [[s, 0.3e-3] for s in sizes],
+                                                      "reduce_round": [[s, 0.5e-3] for s in sizes]}}
+
+    def predict(calibration: dict, world: int, algorithm: str) -> float:
+        path = tmp_path / "cal.json"
+        save(preset("loopback", ranks=p), path)
+        data = json.loads(path.read_text())
+        data["calibration"] = calibration
+        path.write_text(json.dumps(data))
+        return Predictor(str(path), world, np.dtype(np.float32), "sum", 0).predict("allreduce", algorithm, {},
+                                                                                  16 << 20)
+
+    with_mates = {**base, **mates}
+    assert predict(with_mates, 4, "ring") == pytest.approx(predict(base, 4, "ring"))
+    assert predict(with_mates, 4, "rabenseifner") < 0.8 * predict(base, 4, "rabenseifner")
+    # another job size: who shares a core with whom is not known, so no mates
+    assert predict(with_mates, 6, "rabenseifner") == pytest.approx(predict(base, 6, "rabenseifner"))

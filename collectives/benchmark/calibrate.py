@@ -38,7 +38,12 @@ share cores in calibration exactly as they will in `collectives bench`):
    ring's time less its rounds);
 7. the host's cores (the union of its ranks' CPU affinities) and ranks per host: with more ranks than cores,
    `bench --predict` prices schedules that idle ranks by processor time as well (benchmark/cores.py);
-8. how far apart two of rank 0's host's cores are (`core_to_core_s`, one-way seconds of a cache line, before
+8. with ranks bound so that rank r and rank r - s share a core while neighbours do not (`mpiexec -bind-to core`
+   with more ranks than cores: s = cores), the same window rounds with the peer s places to the left, a core-mate
+   (`window_mates_s`, `core_mate_shift`): between core-mates a landing reads lines the core's own caches hold,
+   across cores they cross the host's fabric, 3-4x a local copy at 1-4 MiB when a VM's vCPUs sit on different
+   chiplets (benchmark/cores.py prices each transfer by which it is);
+9. how far apart two of rank 0's host's cores are (`core_to_core_s`, one-way seconds of a cache line, before
    and after the window curves: benchmark/host_state.py): the state of the host the curves describe, which a
    VM's hypervisor may change while a job runs; `bench --predict` measures it again per size.
 
@@ -318,6 +323,41 @@ def window_exchange(mpi_comm, sizes=WINDOW_SIZES, quick: bool = False,
         node.Free()
 
 
+def core_mate_shift(mpi_comm) -> int | None:
+    """The distance s at which every rank's host-local neighbour shares its CPUs (ranks r and r - s on one core)
+    while its left neighbour does not (so calibrate's rounds, peer one place to the left, cross cores), the same
+    on every host; None when ranks are not bound that way (unbound ranks: the OS decides who shares a core).
+    With `mpiexec -bind-to core -n 4` on 2 cores ranks r and r + 2 share a core: s = 2. Collective."""
+    from mpi4py import MPI
+
+    from ..transport.executor import own_cpus
+
+    node = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        cpus = node.allgather(frozenset(own_cpus()))
+    finally:
+        node.Free()
+    shifts = mpi_comm.allgather(mate_shift_of(cpus))
+    return shifts[0] if all(x == shifts[0] for x in shifts) else None
+
+
+def mate_shift_of(cpus: list[frozenset]) -> int | None:
+    """`core_mate_shift` for one host: its ranks' CPU sets in rank order."""
+    p = len(cpus)
+    if p < 3 or any(cpus[r] & cpus[r - 1] for r in range(p)):
+        return None
+    return next((s for s in range(2, p) if all(cpus[r] == cpus[r - s] for r in range(p))), None)
+
+
+def mate_ratio(calibration: dict, nbytes: int) -> float | None:
+    """The copy round between core-mates over the copy round across cores, for an operation of `nbytes` (at most
+    1: noise can make the mates' round look dearer), or None when the calibration has no mates' round."""
+    mates = (calibration or {}).get("window_mates_s")
+    if not mates or "copy_round" not in mates or "copy_round" not in calibration.get("window_s", {}):
+        return None
+    return min(_interp(mates["copy_round"], nbytes) / _interp(calibration["window_s"]["copy_round"], nbytes), 1.0)
+
+
 def transport_fixed_costs(comm, quick: bool = False) -> dict[str, float]:
     """The transport with no payload to speak of, in seconds: `transport_round_s` (ring allreduce of p floats
     / its 2(p-1) rounds: item 4 of the module docstring), `round_s` and `call_overhead_s` (item 6: the same
@@ -374,6 +414,11 @@ def calibrate(comm, quick: bool = False, log=None) -> dict:
         distance = CoreDistance(mpi_comm)
         core_to_core = [distance.measure()]
         window, sync_round = window_exchange(mpi_comm, quick=quick)
+        mates = core_mate_shift(mpi_comm)
+        mate_window = None
+        if mates is not None:
+            say("shared-memory windows: the same rounds between ranks that share a core ...")
+            mate_window, _ = window_exchange(mpi_comm, quick=quick, peer_shift=mates)
         core_to_core.append(distance.measure())
         distance.close()  # not on an error: freeing its window waits for every rank, and one has failed
     finally:
@@ -385,6 +430,7 @@ def calibrate(comm, quick: bool = False, log=None) -> dict:
             "memcpy_bandwidth": copy_bw, "reduce_bandwidth": red, "reduce_curve": red_curve, "window_s": window,
             "sync_round_s": sync_round,
             **({"core_to_core_s": core_to_core} if None not in core_to_core else {}),
+            **({"core_mate_shift": mates, "window_mates_s": mate_window} if mate_window is not None else {}),
             **fixed}
 
 
@@ -413,7 +459,8 @@ def calibration_entry(numbers: dict) -> dict:
             "memcpy_bandwidth": numbers["memcpy_bandwidth"], "window_s": numbers["window_s"],
             "sync_round_s": numbers.get("sync_round_s", 0.0),
             "round_s": numbers["round_s"], "call_overhead_s": numbers["call_overhead_s"],
-            **{k: numbers[k] for k in ("cores", "ranks_per_host", "comm_check", "core_to_core_s") if k in numbers}}
+            **{k: numbers[k] for k in ("cores", "ranks_per_host", "comm_check", "core_to_core_s", "core_mate_shift",
+                                       "window_mates_s") if k in numbers}}
 
 
 def _interp(points: list, x: float) -> float:

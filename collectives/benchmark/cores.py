@@ -17,8 +17,14 @@ priced by shm_cost.py at the full-core rates: the calibrated rates x share) and 
 * *processor time*: the rounds' fixed costs (the same play with no data: latency only) plus the whole job's
   CPU work (every rank's copies and reductions, and a handoff per blocked wait) spread over the cores.
 
+When the calibration timed rounds between core-mates (ranks bound r and r - s to one core: calibrate's item 8),
+a copy round is split into a local copy (the mirror, and a landing from a core-mate) and a crossing (a landing
+from another core): mates' round / 2 and the rest of a round across cores. A ring's landings all cross, so its
+price is unchanged; Rabenseifner's first and last exchanges at p = 4 are between mates, and on a host whose
+cores are far apart it runs at ~0.6x ring at 1-4 MiB, which the split prices.
+
 A schedule that keeps every rank busy and moves one range per message (ring, Rabenseifner) is priced as the
-simulation: its work is the simulator's bytes, and its waits do not block. The same two bounds serve a run with
+simulation when no mates' round is known: its work is the simulator's bytes, and its waits do not block. The same two bounds serve a run with
 more ranks than the calibration had (share 1, but ranks > cores in the run): the processor time bound then
 charges the extra ranks to the cores they share.
 
@@ -49,17 +55,31 @@ def core_share(calibration: dict | None) -> float:
 
 
 def shm_shared_core_time(schedule, *, world_size: int, itemsize: int, bandwidth: float, reduce_rate: float,
-                         latency: float, handoff: float, share: float, cores: int) -> float:
+                         latency: float, handoff: float, share: float, cores: int,
+                         mates: tuple[int, float] | None = None) -> float:
     """Seconds for `schedule` when `share` ranks share each of `cores` cores (module docstring).
 
     `bandwidth` (bytes / copy round) and `reduce_rate` (the schedule's dtype) are the calibrated every-rank-busy
-    rates; `latency` is a round's synchronisation (seconds), `handoff` the extra cost of a wait that blocks."""
+    rates; `latency` is a round's synchronisation (seconds), `handoff` the extra cost of a wait that blocks.
+    `mates` = (shift, ratio): ranks r and r - k * shift share a core, and their copy round costs `ratio` (<= 1) of
+    one across cores (calibrate's mates' round). A copy round is then a local copy (the mirror) and a landing:
+    between mates both are local copies, ratio / 2 of a round each; across cores the landing is the rest,
+    1 - ratio / 2, the price of the host's fabric (on a VM whose vCPUs sit on different chiplets 3-4 times a
+    local copy at 1-4 MiB; the same on one chiplet). None: mirror and landing half a round each."""
     from ..transport.shm_plan import ShmPlan
 
     plans = [ShmPlan.build(schedule, rank) for rank in range(world_size)]
-    # a copy round is one mirror and one landing: each copy is half of it
-    steps = [rank_steps(plan, itemsize, 1.0 / (2.0 * bandwidth * share), 1.0 / (reduce_rate * share))
-             for plan in plans]
+    round_s = 1.0 / (bandwidth * share)  # a copy round across cores, per byte, on a core of its own
+    extra_s = 1.0 / (reduce_rate * share)
+    if mates is None:
+        # a copy round is one mirror and one landing: each copy is half of it
+        steps = [rank_steps(plan, itemsize, round_s / 2.0, extra_s) for plan in plans]
+    else:
+        shift, ratio = mates
+        local_s, crossing_s = round_s * ratio / 2.0, round_s * (1.0 - ratio / 2.0)
+        steps = [rank_steps(plan, itemsize, local_s, extra_s,
+                            lambda q, me=rank: local_s if (q - me) % shift == 0 else crossing_s)
+                 for rank, plan in enumerate(plans)]
     alone = critical_path(plans, steps, latency, handoff)
     fixed = critical_path(plans, [rank_steps(plan, itemsize, 0.0, 0.0) for plan in plans], latency).seconds
     work = processor_seconds(steps) + alone.blocked_waits * handoff

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..registry import parse_param_value
 from . import format as fmt
+from .calibrate import mate_ratio
 from .cores import core_share, link_shared_core_time, shm_shared_core_time
 from .data import Pattern, count_wrong
 from .host_state import FAR_RATIO, CoreDistance, state_changed
@@ -172,9 +173,15 @@ class Predictor:
         latency = 2.0 * float(params_now["nvlink_latency"])
         # an empty synchronised round, where every wait blocks, less a round's cost: what blocking adds
         handoff = max(float(c.get("sync_round_s", 0.0)) - float(c.get("round_s", 0.0)), 0.0)
+        # ranks sharing a core read each other's windows cheaper than across cores (calibrate's mates' round),
+        # when the calibration ran with the job's ranks bound the same way
+        ratio = mate_ratio(c, nbytes)
+        mates = (int(c["core_mate_shift"]), ratio) if ratio is not None and c.get("ranks") == topology.world_size \
+            else None
         return shm_shared_core_time(schedule, world_size=topology.world_size, itemsize=size,
                                     bandwidth=float(params_now["nvlink_bandwidth"]), reduce_rate=reduce_rate,
-                                    latency=latency, handoff=handoff, share=share, cores=int(c["cores"]))
+                                    latency=latency, handoff=handoff, share=share, cores=int(c["cores"]),
+                                    mates=mates)
 
     @property
     def call_overhead(self) -> float:

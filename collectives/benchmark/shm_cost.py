@@ -23,6 +23,7 @@ the total (processor time) and the longest chain of dependent steps (critical pa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..schedule import OpKind
@@ -42,16 +43,23 @@ def _bytes(ranges, itemsize: int) -> int:
     return sum(hi - lo for lo, hi in ranges) * itemsize
 
 
-def rank_steps(splan, itemsize: int, copy_s: float, extra_s: float) -> RankSteps:
+def rank_steps(splan, itemsize: int, copy_s: float, extra_s: float,
+               read_s: Callable[[int], float] | None = None) -> RankSteps:
     """Price one rank's ShmPlan: `copy_s` seconds per byte of one copy (half a copy round), `extra_s` seconds per
-    byte of each reduced input beyond the local value (reduce round - copy round)."""
+    byte of each reduced input beyond the local value (reduce round - copy round).
+
+    `read_s(peer)`: seconds per byte of a landing from that peer's window, when it depends on the peer (ranks that
+    share a core read each other's windows from their own caches; across cores the lines cross the host's
+    fabric). A landing then costs read_s(peer); a fused reduce costs a local copy plus, per input, what reading
+    that peer adds to it (read_s(peer) - copy_s). None: every landing is a copy."""
     rounds = []
     for r in splan.rounds:
         land = 0.0
         for group in r.groups:
             nbytes = (group[0].stop - group[0].start) * itemsize
             reducing = sum(1 for o in group if o.kind == OpKind.RECV_REDUCE)
-            land += nbytes * (copy_s + reducing * extra_s)
+            crossing = 0.0 if read_s is None else sum(read_s(o.peer) - copy_s for o in group)
+            land += nbytes * (copy_s + crossing + reducing * extra_s)
         mirror = (_bytes(r.mirror, itemsize) + _bytes(r.copy_next, itemsize)) * copy_s
         rounds.append((land, mirror))
     return RankSteps(_bytes(splan.copy_in, itemsize) * copy_s, splan.start_offset, rounds,

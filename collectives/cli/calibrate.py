@@ -111,9 +111,13 @@ def _report(numbers: dict, topo, written: list[str]) -> None:
         timing = ("first start to last end, less an empty phase's" if numbers["oversubscribed"]
                   else "the slowest rank")
         print(f"# shared-memory windows, us per piece of D/{p} bytes (all ranks at once, {timing})")
-        print(f"# {'D (B)':>12}  {'copy round':>11}  {'reduce round':>12}")
-        for (d, a), (_, b) in zip(w["copy_round"], w["reduce_round"], strict=True):
-            print(f"  {d:12d}  {a * 1e6:11.2f}  {b * 1e6:12.2f}")
+        mates = numbers.get("window_mates_s")
+        print(f"# {'D (B)':>12}  {'copy round':>11}  {'reduce round':>12}"
+              + (f"  {'copy round between ranks ' + str(numbers['core_mate_shift']) + ' apart (one core)':>12}"
+                 if mates else ""))
+        for k, ((d, a), (_, b)) in enumerate(zip(w["copy_round"], w["reduce_round"], strict=True)):
+            print(f"  {d:12d}  {a * 1e6:11.2f}  {b * 1e6:12.2f}" + (f"  {mates['copy_round'][k][1] * 1e6:12.2f}"
+                                                                     if mates else ""))
         print(f"round synchronisation    : {numbers.get('sync_round_s', 0.0) * 1e6:.2f} us per round (left out of "
               "the rounds above)")
         print(f"transport fixed costs    : {numbers['round_s'] * 1e6:.2f} us per round, "

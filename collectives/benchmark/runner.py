@@ -232,12 +232,14 @@ class Bench:
         self.seen_distances: list[float] = []
 
     def probe_host(self) -> float | None:
-        """One-way core-to-core seconds now (collective), noted when the calibration's placement has changed."""
+        """One-way core-to-core seconds now (collective; None without a probe); `note_host` compares it with the
+        calibration's."""
         if self.distance is None:
             return None
         return self.distance.measure()
 
     def note_host(self, records: list[dict], nbytes: int, now: float | None) -> None:
+        """Record the distance probed before this size on its rows, and the size if the placement has changed."""
         if now is None:
             return
         for rec in records:

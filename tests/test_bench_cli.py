@@ -108,8 +108,10 @@ def test_calibrate_then_predict_and_osu(tmp_path):
     cal = json.loads((tmp_path / "cal.json").read_text())["calibration"]
     assert set(cal["window_s"]) == {"copy_round", "reduce_round"}
     assert "core_mate_shift" not in cal  # 2 ranks, unbound: no core-mates to time
-    # a round may cost nothing measurable over a call (the plan runner), but a call costs something
-    assert cal["round_s"] >= 0 and cal["call_overhead_s"] > 0 and cal["transport_round_s"] > 0
+    # ring (2(p-1) rounds) against one_shot (1 round): at p=2 either share can come out as nothing measurable
+    # (a round under the runner, or a call when the ring's second round was slowed), never both, never negative
+    assert cal["round_s"] >= 0 and cal["call_overhead_s"] >= 0 and cal["transport_round_s"] > 0
+    assert cal["round_s"] + cal["call_overhead_s"] > 0
     assert all(t > 0 for curve in cal["window_s"].values() for _, t in curve)
     assert cal["ranks_per_host"] == 2 and cal["cores"] >= 1  # the shared-core bound's inputs
     assert "2 per host on" in proc.stdout

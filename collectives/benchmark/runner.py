@@ -245,7 +245,7 @@ class Bench:
         for rec in records:
             rec["core_to_core_ns"] = now * 1e9
         self.seen_distances.append(now)
-        if any(state_changed(c, now) for c in self.calibrated_distance):
+        if state_changed(self.calibrated_distance, now):
             self.other_state.append((nbytes, now))
 
     def host_state_lines(self) -> list[str]:
@@ -262,7 +262,7 @@ class Bench:
         if self.other_state:
             sizes = sorted({n for n, _ in self.other_state})
             lines.append(f"# Host state: sizes {', '.join(str(n) for n in sizes)} ran with the cores placed otherwise "
-                         f"(over {FAR_RATIO:g}x the calibrated distance either way): their predictions describe the "
+                         f"(over {FAR_RATIO:g}x from the calibrated distance either way): their predictions describe the "
                          f"calibrated placement")
         return lines
 

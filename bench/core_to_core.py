@@ -4,11 +4,12 @@
 
 Every `--every` seconds rank 0 and a rank on another core bounce a counter in an MPI-3 shared window with the
 plan runner's own PUBLISH / WAIT instructions (collectives.benchmark.host_state, the probe `collectives
-calibrate` and `bench --predict` use), and print the one-way time, then time `collectives calibrate`'s copy round at `--size`
-(benchmark.calibrate.window_exchange). On a physical machine the first number is fixed (tens of ns between
-cores of one L3, a few hundred across sockets or chiplets). On a VM the hypervisor may move the vCPUs: on the
-2-vCPU EPYC VM this project is developed on it switched between ~35-60 ns and ~205 ns within seconds, and the
-copy round with it, which is why `bench/fidelity.py` pairs each launch's prediction with its own measurement.
+calibrate` and `bench --predict` use), and print the one-way time, then time `collectives calibrate`'s copy
+round at `--size` (benchmark.calibrate.window_exchange). On a physical machine the first number is fixed (tens
+of ns between cores of one L3, a few hundred across sockets or chiplets). On a VM the hypervisor may move the
+vCPUs: on the 2-vCPU EPYC VM this project is developed on it switched between ~25-60 ns and ~205-250 ns within
+seconds, and the copy round with it, which is why `bench/fidelity.py` pairs each launch's prediction with its
+own measurement.
 """
 
 from __future__ import annotations

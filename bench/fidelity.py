@@ -119,9 +119,10 @@ def table(ranks: int, runs: list[dict], calibrations: list[dict | None] | None =
     if marked:
         from collectives.benchmark.host_state import FAR_RATIO
 
-        lines.append(f"{marked} of {sum(map(len, other.values()))} rows (*) ran with the host's cores placed otherwise "
-                     f"than in their calibration (bench's core-to-core probe over {FAR_RATIO:g}x from the calibrated "
-                     f"distance, or a calibration that saw both); counting only the other rows: {same_ok} of {same_cells} within {TOLERANCE:.0%}")
+        lines.append(f"{marked} of {sum(map(len, other.values()))} rows (*) ran with the host's cores placed "
+                     f"otherwise than in their calibration (bench's core-to-core probe over {FAR_RATIO:g}x from the "
+                     f"calibrated distance, or a calibration that saw both); counting only the other rows: "
+                     f"{same_ok} of {same_cells} within {TOLERANCE:.0%}")
     return lines, ok, len(times)
 
 

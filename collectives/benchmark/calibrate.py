@@ -323,21 +323,13 @@ def window_exchange(mpi_comm, sizes=WINDOW_SIZES, quick: bool = False,
         node.Free()
 
 
-def core_mate_shift(mpi_comm) -> int | None:
+def core_mate_shift(mpi_comm, host_cpus: list[frozenset]) -> int | None:
     """The distance s at which every rank's host-local neighbour shares its CPUs (ranks r and r - s on one core)
     while its left neighbour does not (so calibrate's rounds, peer one place to the left, cross cores), the same
     on every host; None when ranks are not bound that way (unbound ranks: the OS decides who shares a core).
-    With `mpiexec -bind-to core -n 4` on 2 cores ranks r and r + 2 share a core: s = 2. Collective."""
-    from mpi4py import MPI
-
-    from ..transport.executor import own_cpus
-
-    node = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED)
-    try:
-        cpus = node.allgather(frozenset(own_cpus()))
-    finally:
-        node.Free()
-    shifts = mpi_comm.allgather(mate_shift_of(cpus))
+    With `mpiexec -bind-to core -n 4` on 2 cores ranks r and r + 2 share a core: s = 2. `host_cpus`: this host's
+    ranks' CPU sets in rank order (`CoreDistance.host_cpus`). Collective."""
+    shifts = mpi_comm.allgather(mate_shift_of(host_cpus))
     return shifts[0] if all(x == shifts[0] for x in shifts) else None
 
 
@@ -414,7 +406,7 @@ def calibrate(comm, quick: bool = False, log=None) -> dict:
         distance = CoreDistance(mpi_comm)
         core_to_core = [distance.measure()]
         window, sync_round = window_exchange(mpi_comm, quick=quick)
-        mates = core_mate_shift(mpi_comm)
+        mates = core_mate_shift(mpi_comm, distance.host_cpus)
         mate_window = None
         if mates is not None:
             say("shared-memory windows: the same rounds between ranks that share a core ...")

@@ -24,9 +24,9 @@ price is unchanged; Rabenseifner's first and last exchanges at p = 4 are between
 cores are far apart it runs at ~0.6x ring at 1-4 MiB, which the split prices.
 
 A schedule that keeps every rank busy and moves one range per message (ring, Rabenseifner) is priced as the
-simulation when no mates' round is known: its work is the simulator's bytes, and its waits do not block. The same two bounds serve a run with
-more ranks than the calibration had (share 1, but ranks > cores in the run): the processor time bound then
-charges the extra ranks to the cores they share.
+simulation when no mates' round is known: its work is the simulator's bytes, and its waits do not block. The
+same two bounds serve a run with more ranks than the calibration had (share 1, but ranks > cores in the run):
+the processor time bound then charges the extra ranks to the cores they share.
 
 Schedules with switch nodes (nvls, sharp, hierarchical: on this host's one domain their switch is emulated by a
 rank over messages) are not run by the shared-memory executor, so they keep the links' version of the same two

@@ -50,7 +50,7 @@ class CoreDistance:
         self.comm = mpi_comm
         # the split keeps the job's order: rank 0 is local rank 0 of its host
         self.node = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED)
-        cpus = self.node.allgather(frozenset(own_cpus()))
+        self.host_cpus = cpus = self.node.allgather(frozenset(own_cpus()))  # this host's ranks', in rank order
         self.on_rank0_host = bool(self.node.bcast(mpi_comm.Get_rank() == 0, root=0))
         partner = None
         if len(cpus) >= 2 and len(frozenset().union(*cpus)) >= 2:

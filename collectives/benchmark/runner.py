@@ -228,7 +228,7 @@ class Bench:
         if self.predictor is not None and (self.predictor.calibration or {}).get("core_to_core_s"):
             self.calibrated_distance = [float(v) for v in self.predictor.calibration["core_to_core_s"]]
             self.distance = CoreDistance(self.ctl)
-        self.other_state: list[tuple[int, float]] = []  # (size, one-way seconds) of rows in another state
+        self.other_state: list[int] = []  # sizes measured with the cores placed otherwise than calibrated
         self.seen_distances: list[float] = []
 
     def probe_host(self) -> float | None:
@@ -246,7 +246,7 @@ class Bench:
             rec["core_to_core_ns"] = now * 1e9
         self.seen_distances.append(now)
         if state_changed(self.calibrated_distance, now):
-            self.other_state.append((nbytes, now))
+            self.other_state.append(nbytes)
 
     def host_state_lines(self) -> list[str]:
         """Comment lines for the end of the output: the calibration's placement of the cores and the rows that ran
@@ -260,10 +260,10 @@ class Bench:
         if state_changed(*self.calibrated_distance):
             lines.append("# Host state: the placement of the cores changed during the calibration itself")
         if self.other_state:
-            sizes = sorted({n for n, _ in self.other_state})
-            lines.append(f"# Host state: sizes {', '.join(str(n) for n in sizes)} ran with the cores placed otherwise "
-                         f"(over {FAR_RATIO:g}x from the calibrated distance either way): their predictions describe the "
-                         f"calibrated placement")
+            sizes = sorted(set(self.other_state))
+            lines.append(f"# Host state: sizes {', '.join(str(n) for n in sizes)} ran with the cores placed "
+                         f"otherwise (over {FAR_RATIO:g}x from the calibrated distance either way): their predictions "
+                         f"describe the calibrated placement")
         return lines
 
     # -- printing (rank 0) -------------------------------------------------------------------------------------

@@ -75,3 +75,41 @@ def test_rows_run_with_the_cores_placed_otherwise_are_marked_and_counted_apart()
     assert fidelity.moved({}, near) is False and fidelity.moved({"core_to_core_ns": 240.0}, None) is False
     plain, _, _ = fidelity.table(4, runs)  # without calibrations (older runs) nothing is marked
     assert not any("*" in line or "placed otherwise" in line for line in plain)
+
+
+def test_the_scripts_that_explain_misses_run_and_add_up(tmp_path):
+    """bench/tree_steps.py and bench/rounds_vs_call.py, briefly, under the venv's mpiexec (bounded): the steps'
+    sum is the sum of the printed steps, and the price is (p - 1) x (copy + reduce round)."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    import pytest
+
+    mpiexec = Path(sys.executable).parent / "mpiexec"
+    if not mpiexec.exists():
+        pytest.skip("no mpiexec in the venv")
+    bench = Path(__file__).parents[1] / "bench"
+    env = dict(os.environ, MPIEXEC_TIMEOUT="90", COLLECTIVES_TIMEOUT="30",
+               COLLECTIVES_CALIBRATION=str(tmp_path / "default-calibration.json"))
+
+    def run(n, *argv):
+        proc = subprocess.run([str(mpiexec), "-n", str(n), sys.executable, *map(str, argv)], capture_output=True,
+                              text=True, timeout=120, env=env, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout
+
+    out = run(4, bench / "tree_steps.py", "--mib", "1", "--reps", "1")
+    steps = [float(m) for m in re.findall(r"^(?:copy-in|3-input reduce \+|2-input reduce \+|landing \+|landing, all)"
+                                          r".*?([0-9.]+) ms$", out, re.M)]
+    assert len(steps) == 5, out
+    total, call = map(float, re.search(r"call's order: ([0-9.]+) ms; the call \(chunks=1\): ([0-9.]+) ms", out).groups())
+    assert abs(total - sum(steps)) <= 0.08 and call > 0  # printed to 0.1 ms, the steps to 0.01
+    assert re.search(r"^double_binary_tree chunks=16 +[0-9.]+ ms", out, re.M), out
+
+    out = run(2, bench / "rounds_vs_call.py", "--mib", "1", "--pairs", "2")
+    rows = re.findall(r"copy +([0-9.]+) +reduce +([0-9.]+) +price +([0-9]+) +ring +([0-9]+)", out)
+    assert len(rows) == 2, out
+    for copy, reduce, price, ring in rows:
+        assert abs(float(price) - (float(copy) + float(reduce))) <= 1.0 and float(ring) > 0

@@ -87,49 +87,48 @@ def main() -> None:
     # 2. the steps alone: buffers 0 = this rank's value, 1 + q = rank q's window
     node = ctl.Split_type(MPI.COMM_TYPE_SHARED)
     win = MPI.Win.Allocate_shared(half, 1, comm=node)
-    try:
-        windows = [np.frombuffer(win.Shared_query(q)[0], np.float32, n) for q in range(p)]
-        windows[me][:] = 1
-        value = np.ones(n, np.float32)
-        kernel = shm_program.kernel_for(np.dtype(np.float32), "sum", 0)
-        left, right = (me - 1) % p, (me + 1) % p
-        mirror = [("copy", 1 + me, 0, 0, n)]
-        reduce3 = [("reduce", 0, [0, 1 + left, 1 + right], 0, n)]
-        reduce2 = [("reduce", 0, [0, 1 + left], 0, n)]
-        land = [("copy", 0, 1 + right, 0, n)]
-        inner, outer, everyone = {1, 2}, {0, 3}, {0, 1, 2, 3}
-        steps = {  # in the call's order on a core (core 0: ranks 0 and 2)
-            "copy-in, all four ranks": (everyone, mirror),
-            "3-input reduce + mirror, ranks 1 and 2": (inner, reduce3 + mirror),
-            "2-input reduce + mirror, ranks 0 and 3": (outer, reduce2 + mirror),
-            "landing + mirror, ranks 1 and 2": (inner, land + mirror),
-            "landing, all four ranks": (everyone, land),
-        }
-        parts = {  # the same operations one at a time, for the per-operation costs
-            "copy alone, ranks 1 and 2": (inner, mirror),
-            "landing alone, ranks 1 and 2": (inner, land),
-            "2-input reduce alone, ranks 1 and 2": (inner, reduce2),
-            "3-input reduce alone, ranks 1 and 2": (inner, reduce3),
-        }
-        timed = {}
-        for name, (ranks, program) in {**steps, **parts}.items():
-            line = shm_program.StraightLine(program, [value] + windows, 4, kernel) if me in ranks else None
-            spans = []
-            for rep in range(args.reps + 1):
-                quiet_barrier()
-                t0 = time.perf_counter()
-                if line is not None:
-                    line()
-                t1 = time.perf_counter()
-                quiet_barrier(args.idle)  # where the idle ranks spend the step
-                ends = [t for t in ctl.allgather((t0, t1) if line is not None else None) if t]
-                if rep:  # the first pass touches the pages
-                    spans.append(max(b for _, b in ends) - min(a for a, _ in ends))
-            timed[name] = statistics.median(spans)
-    finally:
-        quiet_barrier()
-        win.Free()
-        node.Free()
+    windows = [np.frombuffer(win.Shared_query(q)[0], np.float32, n) for q in range(p)]
+    windows[me][:] = 1
+    value = np.ones(n, np.float32)
+    kernel = shm_program.kernel_for(np.dtype(np.float32), "sum", 0)
+    left, right = (me - 1) % p, (me + 1) % p
+    mirror = [("copy", 1 + me, 0, 0, n)]
+    reduce3 = [("reduce", 0, [0, 1 + left, 1 + right], 0, n)]
+    reduce2 = [("reduce", 0, [0, 1 + left], 0, n)]
+    land = [("copy", 0, 1 + right, 0, n)]
+    inner, outer, everyone = {1, 2}, {0, 3}, {0, 1, 2, 3}
+    steps = {  # in the call's order on a core (core 0: ranks 0 and 2)
+        "copy-in, all four ranks": (everyone, mirror),
+        "3-input reduce + mirror, ranks 1 and 2": (inner, reduce3 + mirror),
+        "2-input reduce + mirror, ranks 0 and 3": (outer, reduce2 + mirror),
+        "landing + mirror, ranks 1 and 2": (inner, land + mirror),
+        "landing, all four ranks": (everyone, land),
+    }
+    parts = {  # the same operations one at a time, for the per-operation costs
+        "copy alone, ranks 1 and 2": (inner, mirror),
+        "landing alone, ranks 1 and 2": (inner, land),
+        "2-input reduce alone, ranks 1 and 2": (inner, reduce2),
+        "3-input reduce alone, ranks 1 and 2": (inner, reduce3),
+    }
+    timed = {}
+    for name, (ranks, program) in {**steps, **parts}.items():
+        line = shm_program.StraightLine(program, [value] + windows, 4, kernel) if me in ranks else None
+        spans = []
+        for rep in range(args.reps + 1):
+            quiet_barrier()
+            t0 = time.perf_counter()
+            if line is not None:
+                line()
+            t1 = time.perf_counter()
+            quiet_barrier(args.idle)  # where the idle ranks spend the step
+            ends = [t for t in ctl.allgather((t0, t1) if line is not None else None) if t]
+            if rep:  # the first pass touches the pages
+                spans.append(max(b for _, b in ends) - min(a for a, _ in ends))
+        timed[name] = statistics.median(spans)
+    # collective frees, on success only: after an error this rank exits and mpiexec ends the others
+    quiet_barrier()
+    win.Free()
+    node.Free()
 
     if me == 0:
         print(f"# allreduce of {2 * args.mib} MiB, 4 ranks (median of 7, in place)")

@@ -3,8 +3,9 @@
     mpiexec -bind-to core -n 4 python bench/tree_steps.py [--mib 32] [--reps 5] [--predict CAL.json]
                                                           [--idle sleep|yield]
 
-At 64 MiB `bench --predict` prices double_binary_tree (chunks=1) at ~0.84x ring, and it measures 1.05-1.27x.
-This script times, in one launch:
+At 64 MiB `bench --predict` prices double_binary_tree (chunks=1) at ~0.84x ring, and it measured 1.05-1.27x
+while the plan runner's waits yielded the CPU for as long as they lasted; since session 11 they sleep once they
+have lasted 1 ms (COLLECTIVES_NAP_AFTER_US=0 restores yielding, to compare). This script times, in one launch:
 
 1. the calls: ring, rabenseifner and double_binary_tree with chunks 1, 2, 4 and 16 (in place, 2 * MIB bytes,
    median of 7 after a barrier), with the prediction from a calibration when `--predict` names one;
@@ -14,7 +15,7 @@ This script times, in one launch:
    and the last round's landing on all four. Ranks with nothing to do wait in a non-blocking barrier: with
    `--idle sleep` (default) they sleep between tests and leave their core-mate the whole core, as the model
    assumes; with `--idle yield` they call sched_yield 1000 times between tests, as a waiting rank of the
-   transport does (the plan runner yields 1024 times per poll when ranks share cores).
+   transport did before session 11 (the plan runner yielded 1024 times per poll when ranks share cores).
 
 The steps' times, summed in the order the call runs them on one core, give what the call would take if its
 steps cost what they cost alone: with sleeping idle ranks that is the model's price, with yielding ones the

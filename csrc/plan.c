@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -25,15 +26,35 @@ static int reached(int64_t *const counter, int64_t target)
     return __atomic_load_n(counter, __ATOMIC_ACQUIRE) >= target;
 }
 
-static int wait_for(int64_t *const counter, int64_t target, int64_t polls, int yield_cpu)
+static int64_t monotonic_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* Ranks that share cores yield between polls: the peer awaited may be waiting for this core. A wait that
+ * has lasted nap_after_ns sleeps instead, because a rank that yields for milliseconds still takes a share of
+ * the core from a core-mate that works (Linux's EEVDF scheduler, measured with bench/tree_steps.py: steps
+ * over ~3 ms ran 1.4-1.9x slower beside yielding waiters than beside sleeping ones). */
+static int wait_for(struct coll_plan_call *call, int64_t *const counter, int64_t target, int64_t polls,
+                    int yield_cpu)
 {
     for (int64_t i = 0; i < polls; i++) {
         if (reached(counter, target))
             return 1;
-        if (yield_cpu)
-            sched_yield();
-        else
+        if (!yield_cpu) {
             CPU_RELAX();
+            continue;
+        }
+        const int64_t now = monotonic_ns();
+        if (call->wait_since_ns == 0)
+            call->wait_since_ns = now;
+        if (call->nap_after_ns > 0 && now - call->wait_since_ns >= call->nap_after_ns) {
+            const struct timespec nap = {call->nap_ns / 1000000000, call->nap_ns % 1000000000};
+            nanosleep(&nap, NULL);
+        } else
+            sched_yield();
     }
     return reached(counter, target);
 }
@@ -68,17 +89,18 @@ static int reduce(const struct coll_plan_call *call, void *dst, const int64_t *w
 
 int coll_plan_run(struct coll_plan_call *call, int64_t polls, int yield_cpu, int restart)
 {
-    if (restart)
-        call->ip = 0;
     const int64_t *code = call->code;
     char **buffers = call->buffers;
     int64_t *const *done = call->done, *const *read = call->read;
     const int me = call->me;
-    int64_t i = call->ip;
-    if (i == 0) {
+    /* A call's state starts with the call, not at ip 0: a program that begins with a wait resumes there. */
+    if (restart) {
+        call->ip = 0;
         call->base = __atomic_load_n(done[me], __ATOMIC_RELAXED); /* only this rank writes its counters */
         call->events = 0;
+        call->wait_since_ns = 0;
     }
+    int64_t i = call->ip;
     const int64_t base = call->base;
     for (;;) {
         const int64_t *w = code + i;
@@ -90,11 +112,12 @@ int coll_plan_run(struct coll_plan_call *call, int64_t polls, int yield_cpu, int
         case COLL_PLAN_WAIT_DONE:
         case COLL_PLAN_WAIT_READ: {
             int64_t *const counter = (w[0] == COLL_PLAN_WAIT_DONE ? done : read)[w[1]];
-            if (!reached(counter, base + w[2]) && !wait_for(counter, base + w[2], polls, yield_cpu)) {
+            if (!reached(counter, base + w[2]) && !wait_for(call, counter, base + w[2], polls, yield_cpu)) {
                 call->ip = i;
                 call->waiting = w[1];
                 return 1;
             }
+            call->wait_since_ns = 0;
             call->events++;
             i += 3;
             break;

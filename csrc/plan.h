@@ -39,14 +39,18 @@ struct coll_plan_call {
     int64_t base;          /* counters' value before the call (read from done[me] when a call starts) */
     int64_t waiting;       /* the peer a returned wait is for, -1 when none */
     int64_t events;        /* waits passed and counters published during this call */
+    int64_t nap_after_ns;  /* yielding waits sleep nap_ns per poll once they have lasted this long (0: never) */
+    int64_t nap_ns;
+    int64_t wait_since_ns; /* CLOCK_MONOTONIC when the current wait's first poll yielded, 0 when none */
     int me;
     int kind;              /* COLL_PLAN_NATIVE: coll_reduce(dtype, op); COLL_PLAN_HALF: coll_reduce_half */
     int dtype;
     int op;
 };
 
-/* Run the call from call->ip (from the start when `restart`: ip = 0). A wait that is not satisfied is polled up to `polls` times (sched_yield between
- * polls when `yield_cpu`, a pause otherwise); then it returns 1 with ip at the wait and `waiting` set, so the
+/* Run the call from call->ip (from the start when `restart`: ip = 0). A wait that is not satisfied is polled up
+ * to `polls` times (a pause between polls; sched_yield when `yield_cpu`, and once such a wait has lasted
+ * nap_after_ns, a nanosleep of nap_ns); then it returns 1 with ip at the wait and `waiting` set, so the
  * caller can check its deadline and call again. Returns 0 once END is reached, -1 for a bad instruction, -2
  * when a reduction kernel refused its dtype/op, -3 when operand arrays could not be allocated. */
 int coll_plan_run(struct coll_plan_call *call, int64_t polls, int yield_cpu, int restart);

@@ -3,6 +3,12 @@ instructions (copies, fused reductions, and the counters a round publishes and w
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import threading
+import time
+
 import numpy as np
 import pytest
 
@@ -45,3 +51,39 @@ def test_publish_and_wait_count_from_the_pass_s_start():
 def test_publish_and_wait_need_counters():
     with pytest.raises(ValueError, match="publish/wait with counters"):
         shm_program.StraightLine([("wait", 0, 1)], [np.zeros(1, np.float32)], 4, _kernel())
+
+
+def _cpu_share_of_a_wait(monkeypatch, nap_after_ns: int, wait_s: float = 0.3) -> float:
+    """CPU time the waiting thread spent over the wall time of a yielding wait that a second thread ends after
+    `wait_s` (the C call releases the GIL, so the other thread runs meanwhile)."""
+    monkeypatch.setattr(shm_program, "NAP_AFTER_NS", nap_after_ns)
+    mine, peer = np.zeros(1, np.int64), np.zeros(1, np.int64)
+    line = shm_program.StraightLine([("wait", 1, 1)], [np.zeros(1, np.float32)], 4, _kernel(), [mine, peer], 0)
+    publisher = threading.Timer(wait_s, lambda: peer.__setitem__(0, 1))
+    wall, cpu = time.perf_counter(), time.thread_time()
+    publisher.start()
+    line(polls=1024, yield_cpu=1, timeout=10.0)
+    cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+    publisher.join()
+    assert wall >= wait_s * 0.9, "the wait passed before the peer published"
+    return cpu / wall
+
+
+def test_a_long_yielding_wait_sleeps_and_leaves_the_core_to_others(monkeypatch):
+    """Ranks that share cores yield between polls; once a wait has lasted NAP_AFTER_NS the runner sleeps between
+    polls instead (a yielding rank still took a share of a working core-mate's core). Yielding on an idle CPU
+    costs the waiter the whole wait in CPU time; napping leaves most of it to others (here ~0.2 of the wall time
+    is spent napping's system calls, 20 us naps on a VM)."""
+    napping = _cpu_share_of_a_wait(monkeypatch, 1_000_000)
+    yielding = _cpu_share_of_a_wait(monkeypatch, 0)  # 0: never nap
+    assert napping < 0.5
+    assert yielding > 2 * napping, (napping, yielding)
+
+
+@pytest.mark.parametrize("value", ["soon", "-5"])
+def test_a_bad_nap_setting_names_the_variable(value):
+    env = {**os.environ, "COLLECTIVES_NAP_AFTER_US": value}
+    run = subprocess.run([sys.executable, "-c", "import collectives.transport.shm_program"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0
+    assert f"COLLECTIVES_NAP_AFTER_US={value!r}" in run.stderr and "microseconds" in run.stderr

@@ -40,6 +40,30 @@ WORK, SOURCE, WINDOW = 0, 1, 2
 END, WAIT_DONE, WAIT_READ, COPY, REDUCE, PUBLISH, SET_READ = range(7)
 
 
+def _nap_after_ns() -> int:
+    """With more ranks than cores the runner's waits yield the CPU between polls, and a wait that has lasted this
+    long sleeps NAP_NS per poll instead (csrc/plan.c, wait_for, says why). 1 ms: over the whole of a call up to
+    ~1 MiB on 4 ranks of 2 cores, so small calls never sleep, and under the ~3 ms after which yielding waiters
+    measurably slowed their core-mates (docs/benchmarks.md). COLLECTIVES_NAP_AFTER_US=0 keeps waits yielding."""
+    text = os.environ.get("COLLECTIVES_NAP_AFTER_US", "").strip()
+    try:
+        value = int(text) if text else 1000
+    except ValueError:
+        raise ValueError(f"COLLECTIVES_NAP_AFTER_US={text!r}: expected whole microseconds (0 never sleeps)") from None
+    if value < 0:
+        raise ValueError(f"COLLECTIVES_NAP_AFTER_US={text!r}: expected 0 or more microseconds")
+    return value * 1000
+
+
+NAP_AFTER_NS = _nap_after_ns()
+NAP_NS = 20_000  # asked for; Linux adds up to its 50 us default timer slack, so a nap lasts ~20-70 us
+
+
+def _set_wait_policy(call) -> None:
+    call.nap_after_ns = NAP_AFTER_NS
+    call.nap_ns = NAP_NS
+
+
 def enabled() -> bool:
     return lib is not None and os.environ.get("COLLECTIVES_SHM_C", "1").lower() not in ("0", "no", "off", "false")
 
@@ -171,6 +195,7 @@ class Runner:
         call.me = arena.rank
         call.kind, call.dtype, call.op = kernel
         call.waiting = -1
+        _set_wait_policy(call)
         self.half = kernel[0] == 1  # 16-bit floats: ml_dtypes arrays need a uint16 view for from_buffer
         self.keep = (program, done, read)  # cffi does not keep what struct fields point to alive
 
@@ -245,6 +270,7 @@ class StraightLine:
         call.done = call.read = counter
         call.me = me
         call.kind, call.dtype, call.op = kernel
+        _set_wait_policy(call)
         self.keep.append(counter)
         self.waits = counters is not None
 

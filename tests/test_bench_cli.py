@@ -240,6 +240,29 @@ def test_window_phases_leave_out_the_barrier_skew_but_never_go_below_a_rank_s_ow
     seconds = _phase(MPI.COMM_SELF, lambda: (calls.append("fn"), time.sleep(0.02)), 3, span=True, skew=1.0)
     assert calls == ["fn"] * 4  # one untimed warm-up pass, then the reps
     assert 0.02 <= seconds < 0.5
+    calls.clear()
+    _phase(MPI.COMM_SELF, lambda: calls.append("fn"), 3, warmup=5)
+    assert calls == ["fn"] * 8
+
+
+def test_window_rounds_are_timed_like_a_bench_call(monkeypatch):
+    """calibrate's window rounds get bench's 5 untimed and 20 timed passes up to 16 MiB (60 at 64 KiB, as
+    before), and 8 timed passes above, where a pass takes milliseconds."""
+    from mpi4py import MPI
+
+    from collectives.benchmark import calibrate
+
+    seen = []
+
+    def phase(mpi_comm, fn, reps, span=True, skew=0.0, warmup=1):
+        seen.append((reps, warmup))
+        return 1e-3
+
+    monkeypatch.setattr(calibrate, "_phase", phase)
+    out, _ = calibrate.window_exchange(MPI.COMM_SELF, sizes=[64 << 10, 4 << 20, 32 << 20])
+    timed = seen[-6:]  # copy and reduce rounds per size, after the empty pass that gives the synchronisation
+    assert timed == [(60, 5), (60, 5), (20, 5), (20, 5), (8, 5), (8, 5)]
+    assert [d for d, _ in out["copy_round"]] == [64 << 10, 4 << 20, 32 << 20]
 
 
 @needs_mpi

@@ -32,7 +32,8 @@ share cores in calibration exactly as they will in `collectives bench`):
    With more ranks than cores a pass is timed from the first rank's start to the last rank's end (one clock on
    one host), which shows ranks that share a core running one after the other, less the span of an empty phase
    (how unevenly ranks leave a barrier: 10-25 us with 4 ranks on 2 cores, as much as a 64 KiB pass, and paid
-   once per call, in its fixed cost);
+   once per call, in its fixed cost). Each size is timed as `collectives bench` times a call: the median of 20
+   passes (8 over 16 MiB) after 5 untimed ones;
 6. the transport's fixed costs with no payload: ring allreduce (2(p-1) rounds) and one_shot allreduce (1 round)
    of tiny arrays, through the same path, give the cost per round (difference / (2p-3)) and per call (the
    ring's time less its rounds);
@@ -200,17 +201,28 @@ def reduce_throughput(mpi_comm, dtypes=DTYPES, nbytes: int = 64 << 20, quick: bo
 
 
 WINDOW_SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+# The window rounds are timed as `collectives bench` times a call: after 5 untimed passes (its -w default), and up
+# to 16 MiB over 20 passes (its -n default), so a price and the measurement it predicts see the same warm-up (at
+# 4 MiB, this VM's L3 knee, a size's first ~10 passes ran up to 10% slower than later ones; docs/benchmarks.md).
+WINDOW_WARMUP = 5
 
 
-def _phase(mpi_comm, fn, reps: int, span: bool = True, skew: float = 0.0) -> float:
-    """Median over reps of fn() run by every rank at once: with `span`, (last rank's end - first rank's start)
+def _window_reps(nbytes: int, quick: bool) -> int:
+    """Timed passes of a window round: as many as 1 MiB gets (20) up to 16 MiB, then _reps' 8."""
+    return max(3, _reps(min(nbytes, 1 << 20) if nbytes <= 16 << 20 else nbytes, quick))
+
+
+def _phase(mpi_comm, fn, reps: int, span: bool = True, skew: float = 0.0, warmup: int = 1) -> float:
+    """Median over reps of fn() run by every rank at once (after `warmup` untimed runs): with `span`, (last
+    rank's end - first rank's start)
     less `skew` (the span of an empty phase, `barrier_skew`), but never less than the slowest rank's own time:
     that shows ranks that share a core running one after the other; without, the slowest rank's own time,
     which leaves out how unevenly the ranks leave the barrier (a call pays that skew once, in its fixed cost,
     not once per piece)."""
     from mpi4py import MPI
 
-    fn()
+    for _ in range(warmup):
+        fn()
     spans = []
     for _ in range(reps):
         mpi_comm.Barrier()
@@ -310,9 +322,9 @@ def window_exchange(mpi_comm, sizes=WINDOW_SIZES, quick: bool = False,
                         np.copyto(own[s], x[s])
                         reduce_into(x[t], [x[t], peer[t]], "sum")
 
-            reps = max(3, _reps(D, quick))
+            reps = _window_reps(D, quick)
             for name, fn in (("copy_round", copy_round), ("reduce_round", reduce_round)):
-                whole = _phase(mpi_comm, fn, reps, span=oversubscribed, skew=skew) / p
+                whole = _phase(mpi_comm, fn, reps, span=oversubscribed, skew=skew, warmup=WINDOW_WARMUP) / p
                 # the data's share; the synchronisation is the per-round latency (round_s) in the model
                 out[name].append([D, max(whole - sync, 0.1 * whole)])
         return out, sync

@@ -15,7 +15,7 @@ have lasted 1 ms (COLLECTIVES_NAP_AFTER_US=0 restores yielding, to compare). Thi
    and the last round's landing on all four. Ranks with nothing to do wait in a non-blocking barrier: with
    `--idle sleep` (default) they sleep between tests and leave their core-mate the whole core, as the model
    assumes; with `--idle yield` they call sched_yield 1000 times between tests, as a waiting rank of the
-   transport did before session 11 (the plan runner yielded 1024 times per poll when ranks share cores).
+   transport did before session 11 (the plan runner yielded once per poll, up to 1024 polls per C call).
 
 The steps' times, summed in the order the call runs them on one core, give what the call would take if its
 steps cost what they cost alone: with sleeping idle ranks that is the model's price, with yielding ones the

@@ -50,7 +50,7 @@ static int wait_for(struct coll_plan_call *call, int64_t *const counter, int64_t
         const int64_t now = monotonic_ns();
         if (call->wait_since_ns == 0)
             call->wait_since_ns = now;
-        if (call->nap_after_ns > 0 && now - call->wait_since_ns >= call->nap_after_ns) {
+        if (call->nap_after_ns > 0 && call->nap_ns > 0 && now - call->wait_since_ns >= call->nap_after_ns) {
             const struct timespec nap = {call->nap_ns / 1000000000, call->nap_ns % 1000000000};
             nanosleep(&nap, NULL);
         } else

@@ -29,18 +29,19 @@ enum coll_plan_opcode {
 };
 enum coll_plan_kind { COLL_PLAN_NATIVE = 0, COLL_PLAN_HALF = 1 };
 
-/* One call of a program: set up once per runner, then per call only the WORK and SOURCE buffers and ip = 0. */
+/* One call of a program: set up once per runner, then per call only the WORK and SOURCE buffers (and a run with
+ * `restart`). */
 struct coll_plan_call {
     const int64_t *code;
     char **buffers;        /* buffers[b]: base address of buffer b */
     int64_t *const *done;  /* every rank's counters in the shared control window */
     int64_t *const *read;
-    int64_t ip;            /* next instruction word; 0 starts a call */
-    int64_t base;          /* counters' value before the call (read from done[me] when a call starts) */
+    int64_t ip;            /* next instruction word (a run with `restart` sets it to 0) */
+    int64_t base;          /* counters' value before the call (read from done[me] by a run with `restart`) */
     int64_t waiting;       /* the peer a returned wait is for, -1 when none */
     int64_t events;        /* waits passed and counters published during this call */
     int64_t nap_after_ns;  /* yielding waits sleep nap_ns per poll once they have lasted this long (0: never) */
-    int64_t nap_ns;
+    int64_t nap_ns;        /* 0 or less: never sleep */
     int64_t wait_since_ns; /* CLOCK_MONOTONIC when the current wait's first poll yielded, 0 when none */
     int me;
     int kind;              /* COLL_PLAN_NATIVE: coll_reduce(dtype, op); COLL_PLAN_HALF: coll_reduce_half */
@@ -48,10 +49,11 @@ struct coll_plan_call {
     int op;
 };
 
-/* Run the call from call->ip (from the start when `restart`: ip = 0). A wait that is not satisfied is polled up
- * to `polls` times (a pause between polls; sched_yield when `yield_cpu`, and once such a wait has lasted
- * nap_after_ns, a nanosleep of nap_ns); then it returns 1 with ip at the wait and `waiting` set, so the
- * caller can check its deadline and call again. Returns 0 once END is reached, -1 for a bad instruction, -2
+/* Run the call from call->ip, or start it when `restart` (ip, base, events and the wait clock reset: a call that
+ * begins with a wait resumes at ip 0 without restarting). A wait that is not satisfied is polled up to `polls`
+ * times (a pause between polls; sched_yield when `yield_cpu`, and once such a wait has lasted nap_after_ns, a
+ * nanosleep of nap_ns, so one run can then block for polls x ~20-75 us before returning); then it returns 1
+ * with ip at the wait and `waiting` set, so the caller can check its deadline and call again. Returns 0 once END is reached, -1 for a bad instruction, -2
  * when a reduction kernel refused its dtype/op, -3 when operand arrays could not be allocated. */
 int coll_plan_run(struct coll_plan_call *call, int64_t polls, int yield_cpu, int restart);
 /* CDEF-END */

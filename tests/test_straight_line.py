@@ -75,9 +75,31 @@ def test_a_long_yielding_wait_sleeps_and_leaves_the_core_to_others(monkeypatch):
     costs the waiter the whole wait in CPU time; napping leaves most of it to others (here ~0.2 of the wall time
     is spent napping's system calls, 20 us naps on a VM)."""
     napping = _cpu_share_of_a_wait(monkeypatch, 1_000_000)
-    yielding = _cpu_share_of_a_wait(monkeypatch, 0)  # 0: never nap
+    never = _cpu_share_of_a_wait(monkeypatch, 0)  # 0: never nap
+    later = _cpu_share_of_a_wait(monkeypatch, 10_000_000_000)  # a threshold the wait never reaches
     assert napping < 0.5
-    assert yielding > 2 * napping, (napping, yielding)
+    assert never > 2 * napping and later > 2 * napping, (napping, never, later)
+
+
+def test_a_wait_s_clock_runs_across_resumes_and_restarts_with_the_call():
+    """The runner returns to the caller's waiter after `polls` polls and resumes at the wait (ip 0 when the
+    program begins with one): the time the wait began must survive the resume (or no wait would ever last long
+    enough to sleep), and a new call or a passed wait starts the clock again."""
+    from collectives._ckernels import lib
+
+    mine, peer = np.zeros(1, np.int64), np.zeros(1, np.int64)
+    line = shm_program.StraightLine([("wait", 1, 1)], [np.zeros(1, np.float32)], 4, _kernel(), [mine, peer], 0)
+    call = line.call
+    assert lib.coll_plan_run(call, 1, 1, 1) == 1 and call.ip == 0
+    began = call.wait_since_ns
+    assert began > 0
+    assert lib.coll_plan_run(call, 1, 1, 0) == 1
+    assert call.wait_since_ns == began  # resumed, not restarted
+    assert lib.coll_plan_run(call, 1, 1, 1) == 1
+    assert call.wait_since_ns > began  # a new call
+    peer[0] = 1
+    assert lib.coll_plan_run(call, 1, 1, 0) == 0
+    assert call.wait_since_ns == 0 and call.events == 1
 
 
 @pytest.mark.parametrize("value", ["soon", "-5"])

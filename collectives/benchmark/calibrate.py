@@ -32,8 +32,8 @@ share cores in calibration exactly as they will in `collectives bench`):
    With more ranks than cores a pass is timed from the first rank's start to the last rank's end (one clock on
    one host), which shows ranks that share a core running one after the other, less the span of an empty phase
    (how unevenly ranks leave a barrier: 10-25 us with 4 ranks on 2 cores, as much as a 64 KiB pass, and paid
-   once per call, in its fixed cost). Each size is timed as `collectives bench` times a call: the median of 20
-   passes (8 over 16 MiB) after 5 untimed ones;
+   once per call, in its fixed cost). Each size is timed as `collectives bench` times a call: the median of at
+   least 20 passes (60 at 64 KiB, 8 over 16 MiB, fewer with --quick) after 5 untimed ones;
 6. the transport's fixed costs with no payload: ring allreduce (2(p-1) rounds) and one_shot allreduce (1 round)
    of tiny arrays, through the same path, give the cost per round (difference / (2p-3)) and per call (the
    ring's time less its rounds);

@@ -53,8 +53,9 @@ struct coll_plan_call {
  * begins with a wait resumes at ip 0 without restarting). A wait that is not satisfied is polled up to `polls`
  * times (a pause between polls; sched_yield when `yield_cpu`, and once such a wait has lasted nap_after_ns, a
  * nanosleep of nap_ns, so one run can then block for polls x ~20-75 us before returning); then it returns 1
- * with ip at the wait and `waiting` set, so the caller can check its deadline and call again. Returns 0 once END is reached, -1 for a bad instruction, -2
- * when a reduction kernel refused its dtype/op, -3 when operand arrays could not be allocated. */
+ * with ip at the wait and `waiting` set, so the caller can check its deadline and call again. Returns 0 once
+ * END is reached, -1 for a bad instruction, -2 when a reduction kernel refused its dtype/op, -3 when operand
+ * arrays could not be allocated. */
 int coll_plan_run(struct coll_plan_call *call, int64_t polls, int yield_cpu, int restart);
 /* CDEF-END */
 

@@ -214,11 +214,10 @@ def _window_reps(nbytes: int, quick: bool) -> int:
 
 def _phase(mpi_comm, fn, reps: int, span: bool = True, skew: float = 0.0, warmup: int = 1) -> float:
     """Median over reps of fn() run by every rank at once (after `warmup` untimed runs): with `span`, (last
-    rank's end - first rank's start)
-    less `skew` (the span of an empty phase, `barrier_skew`), but never less than the slowest rank's own time:
-    that shows ranks that share a core running one after the other; without, the slowest rank's own time,
-    which leaves out how unevenly the ranks leave the barrier (a call pays that skew once, in its fixed cost,
-    not once per piece)."""
+    rank's end - first rank's start) less `skew` (the span of an empty phase, `barrier_skew`), but never less
+    than the slowest rank's own time: that shows ranks that share a core running one after the other; without,
+    the slowest rank's own time, which leaves out how unevenly the ranks leave the barrier (a call pays that
+    skew once, in its fixed cost, not once per piece)."""
     from mpi4py import MPI
 
     for _ in range(warmup):

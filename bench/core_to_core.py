@@ -18,7 +18,7 @@ import argparse
 import sys
 import time
 
-from collectives.benchmark.sizes import human, parse_size
+from collectives.units import human, parse_size
 
 
 def main(argv: list[str] | None = None) -> int:

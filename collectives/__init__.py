@@ -21,6 +21,10 @@ from .errors import (
 
 __version__ = "0.1.0"
 
+from . import environment as _environment  # noqa: E402
+
+_environment.check_names()  # a misspelt COLLECTIVES_* variable is reported, not ignored
+
 # Public names resolved on first use, so `import collectives` stays cheap (no numba, no MPI).
 _LAZY = {
     "verify": ("collectives.verifier", "verify"),

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import sys
 import types
 from dataclasses import dataclass, field
 
+from . import environment
 from .schedule.collective import check_collective
 
 ENV_ALGO = "COLLECTIVES_ALGO"
@@ -70,7 +70,7 @@ def parse_algo_env(text: str | None) -> dict[str | None, AlgoRule]:
 
 
 def _configure_logging() -> None:
-    level = os.environ.get(ENV_DEBUG, "").upper()
+    level = environment.get(ENV_DEBUG)
     if not level or getattr(_configure_logging, "done", None) == level:
         return
     _configure_logging.done = level  # type: ignore[attr-defined]
@@ -88,7 +88,7 @@ def candidates(collective: str, topology, env: str | None = None) -> tuple[list[
 
     check_collective(collective)
     names = algorithms.names(collective)
-    rules = parse_algo_env(os.environ.get(ENV_ALGO) if env is None else env)
+    rules = parse_algo_env(environment.get(ENV_ALGO) if env is None else env)
     rule = rules.get(collective, rules.get(None))
     if rule is None:
         return names, ""
@@ -272,7 +272,7 @@ def select(collective: str, nbytes: int, topology, world_size: int | None = None
     _configure_logging()
     if world_size is not None:
         topology = _resize(topology, int(world_size))
-    name, chosen, reason = _choose(collective, int(nbytes), topology, str(dtype), str(op), os.environ.get(ENV_ALGO))
+    name, chosen, reason = _choose(collective, int(nbytes), topology, str(dtype), str(op), environment.get(ENV_ALGO))
     log.info("%s of %d B on %s (%d ranks): %s; %s", collective, nbytes, topology.name, topology.world_size,
              describe_choice(name, dict(chosen)), reason)
     return name, dict(chosen), reason
@@ -317,7 +317,7 @@ class TuneTable:
         return out
 
     def format(self) -> str:
-        from .cli.simulate import format_size
+        from .units import format_size
 
         lines = [f"# collectives tuning table: {self.collective} on {self.topology} ({self.world_size:,} ranks), "
                  "analytic model"]

@@ -68,9 +68,9 @@ def _options(args, world_size: int):
 
     from ..benchmark import format as fmt
     from ..benchmark.runner import Options, parse_algorithms
-    from ..benchmark.sizes import parse_size, sweep
     from ..kernels._dtypes import SUPPORTED_DTYPES, dtype_name
     from ..reduction import check_op
+    from ..units import parse_size, sweep
 
     by_name = {dtype_name(d): d for d in SUPPORTED_DTYPES}
     name = fmt.DTYPE_ALIASES.get(args.datatype.lower(), args.datatype.lower())

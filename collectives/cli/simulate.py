@@ -7,9 +7,9 @@ import csv
 import json
 import sys
 
-from ..benchmark.sizes import human
-from ..benchmark.sizes import parse_size as _parse_size
 from ..registry import parse_param_value
+from ..units import human
+from ..units import parse_size as _parse_size
 
 # nccl-tests' names for -d, accepted here too
 DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "bf16": "bfloat16"}

@@ -6,13 +6,12 @@ then falls back (see collectives.kernels.__init__).
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
+from .. import environment
 from ._dtypes import HALF_CODES, NATIVE_CODES, OP_CODES
 
-if os.environ.get("COLLECTIVES_NO_C_KERNELS", "") not in ("", "0"):
+if environment.get("COLLECTIVES_NO_C_KERNELS"):
     raise ImportError("disabled by the environment variable COLLECTIVES_NO_C_KERNELS")
 
 from collectives._ckernels import ffi, lib  # noqa: E402

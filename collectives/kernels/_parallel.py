@@ -21,6 +21,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
+from .. import environment
+
 MAX_DEFAULT_THREADS = 8
 # Bytes of out per thread below which splitting does not pay. Measured (2-core EPYC VM, float32 2-input sum,
 # median of 30-200 calls, 1 thread vs 2): 1 MiB out 27 vs 51 us, 4 MiB 105 vs 143 us, 8 MiB 191 vs 170 us,
@@ -35,14 +37,8 @@ _threads: int | None = None
 
 
 def _default_threads() -> int:
-    env = os.environ.get("COLLECTIVES_KERNEL_THREADS", "").strip()
-    if env:
-        try:
-            value = int(env)
-        except ValueError:
-            raise ValueError(f"COLLECTIVES_KERNEL_THREADS must be a positive integer, got {env!r}") from None
-        if value < 1:
-            raise ValueError(f"COLLECTIVES_KERNEL_THREADS must be a positive integer, got {env!r}")
+    value = environment.get("COLLECTIVES_KERNEL_THREADS")
+    if value is not None:
         return value
     try:
         cpus = len(os.sched_getaffinity(0))

@@ -77,7 +77,7 @@ def check_call(nbytes, dtype, op: str, collective: str) -> None:
         check_op(op, supported[name])
     if nbytes is not None and (isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer))):
         raise TypeError(f"nbytes must be a whole number of bytes (int), got {nbytes!r}; "
-                        "parse '1M'-style sizes with collectives.benchmark.sizes.parse_size")
+                        "parse '1M'-style sizes with collectives.units.parse_size")
 
 
 def simulate(algorithm, topology, nbytes: int | None = None, collective: str = "allreduce", dtype="float32",

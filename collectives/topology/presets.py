@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import environment
 from .base import FullyConnected, Topology
 from .cluster import Cluster, ClusterSpec, check_names, cluster
 
@@ -105,7 +106,7 @@ ENV_CALIBRATION = "COLLECTIVES_CALIBRATION"
 def calibration_path() -> Path:
     """Where `preset("loopback")` looks for its calibration: $COLLECTIVES_CALIBRATION, else
     $XDG_CACHE_HOME/collectives/loopback.json (~/.cache/collectives/loopback.json)."""
-    env = os.environ.get(ENV_CALIBRATION)
+    env = environment.get(ENV_CALIBRATION)
     if env:
         return Path(env).expanduser()
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")

@@ -16,13 +16,13 @@ rank: allreduce, allgather, broadcast) and "off".
 from __future__ import annotations
 
 import json
-import os
 import zlib
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 from mpi4py import MPI
 
+from .. import environment
 from ..errors import CallMismatchError, CollectivesError
 
 MODES = ("metadata", "full", "off")
@@ -34,7 +34,7 @@ _COLLECTIVE_IDS = {"allreduce": 1, "reduce_scatter": 2, "allgather": 3, "broadca
 def check_mode(mode: str | None) -> str:
     """Validate a check mode (None: from COLLECTIVES_CHECK, default "metadata")."""
     if mode is None:
-        mode = os.environ.get("COLLECTIVES_CHECK", "metadata") or "metadata"
+        mode = environment.get("COLLECTIVES_CHECK")
     mode = str(mode).lower()
     if mode not in MODES:
         raise ValueError(f"check must be one of {', '.join(MODES)} (COLLECTIVES_CHECK), got {mode!r}")

@@ -22,27 +22,27 @@ Replace `choose` (same signature) to plug in the tuner (collectives.tune) once i
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import environment
 from ..kernels._dtypes import BFLOAT16
 
-NATIVE_BELOW_BYTES = int(os.environ.get("COLLECTIVES_NATIVE_BELOW", 8 << 20))
+NATIVE_BELOW_BYTES = environment.get("COLLECTIVES_NATIVE_BELOW")
 # With more ranks than cores on a host, polling executors lose more to MPI's own (measured 4 ranks, 2 cores).
-NATIVE_BELOW_OVERSUBSCRIBED = int(os.environ.get("COLLECTIVES_NATIVE_BELOW_OVERSUBSCRIBED", 32 << 20))
+NATIVE_BELOW_OVERSUBSCRIBED = environment.get("COLLECTIVES_NATIVE_BELOW_OVERSUBSCRIBED")
 # Over shared memory (all ranks on one host): see docs/performance-mpi.md for the crossover measurements.
-NATIVE_BELOW_SHM = int(os.environ.get("COLLECTIVES_NATIVE_BELOW_SHM", 512 << 10))
-NATIVE_BELOW_SHM_OVERSUBSCRIBED = int(os.environ.get("COLLECTIVES_NATIVE_BELOW_SHM_OVERSUBSCRIBED", 1 << 20))
+NATIVE_BELOW_SHM = environment.get("COLLECTIVES_NATIVE_BELOW_SHM")
+NATIVE_BELOW_SHM_OVERSUBSCRIBED = environment.get("COLLECTIVES_NATIVE_BELOW_SHM_OVERSUBSCRIBED")
 # Allreduce over shared memory when the plan runner serves it (shm_program.py: the call's rounds run in C, no
 # Python between rounds): one_shot (one synchronisation) below this, then the large-message table; MPI's own
 # Allreduce is not used at any size (measured slower from 8 B up, docs/performance-mpi.md).
-SHM_ONE_SHOT_BELOW = int(os.environ.get("COLLECTIVES_ONE_SHOT_BELOW", 128 << 10))
+SHM_ONE_SHOT_BELOW = environment.get("COLLECTIVES_ONE_SHOT_BELOW")
 # MPICH 5's own reduce_scatter on one host falls off a cliff between 128 and 192 KiB of input per rank (n=2: 28 ->
 # 196 us, n=4: 121 -> 404 us, and 3-5x the library's ring up to 1 MiB), so over shared memory its schedules
 # take over from 192 KiB, whatever the general threshold (docs/performance-mpi.md, "reduce_scatter").
-NATIVE_BELOW_SHM_REDUCE_SCATTER = int(os.environ.get("COLLECTIVES_NATIVE_BELOW_SHM_REDUCE_SCATTER", 192 << 10))
+NATIVE_BELOW_SHM_REDUCE_SCATTER = environment.get("COLLECTIVES_NATIVE_BELOW_SHM_REDUCE_SCATTER")
 
 
 def shared_memory(world_size: int | None = None) -> bool:
@@ -88,7 +88,7 @@ LARGE = {
 # More ranks than cores: every synchronisation costs context switches, so the fewest rounds win: direct (2
 # rounds: every rank reduces its 1/p from all peers' windows at once, then all read all) measured ahead of
 # rabenseifner (2 log2 p rounds) at every size from 1 MiB (4 ranks, 2 cores: 1.18-1.90x native vs 1.06-1.72x).
-SHM_PIECE_BYTES = int(os.environ.get("COLLECTIVES_SHM_PIECE", 512 << 10))
+SHM_PIECE_BYTES = environment.get("COLLECTIVES_SHM_PIECE")
 SHM_MAX_CHUNKS = 32
 LARGE_SHM = {
     "allreduce": (("ring", "pieces"), ("rabenseifner", {})),

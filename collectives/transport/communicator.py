@@ -20,7 +20,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import algorithms as _builtins  # noqa: F401  (registers the built-in algorithms)
-from .. import registry
+from .. import environment, registry
 from ..emulator import check_accumulate, widens
 from ..errors import CallMismatchError, CollectivesError, PeerFailedError
 from ..kernels import SUPPORTED_DTYPES, round_into
@@ -67,14 +67,11 @@ def check_timeout(value, where: str = "timeout") -> float | None:
 
 
 def _default_timeout() -> float | None:
-    value = os.environ.get("COLLECTIVES_TIMEOUT", "600")
-    if value.strip().lower() in ("", "none", "0", "inf"):
-        return None
-    return check_timeout(value, "COLLECTIVES_TIMEOUT (seconds; 0 or none waits forever)")
+    return environment.get("COLLECTIVES_TIMEOUT")
 
 
 def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").lower() in ("1", "true", "yes", "on")
+    return bool(environment.get(name))
 
 
 _DETERMINISTIC_REASON = ("deterministic=True: 'direct' folds every element once, in rank order 0..p-1, so the "
@@ -276,7 +273,7 @@ class Communicator:
         self.timeout = _default_timeout() if timeout is None else check_timeout(timeout, "init(timeout=)")
         self._check = check_mode(check)
         self.deterministic = _env_flag("COLLECTIVES_DETERMINISTIC") if deterministic is None else bool(deterministic)
-        self.accumulate = check_accumulate(os.environ.get("COLLECTIVES_ACCUMULATE") or None
+        self.accumulate = check_accumulate(environment.get("COLLECTIVES_ACCUMULATE")
                                            if accumulate is None else accumulate)
         # Bound the setup: Dup, Split_type and the domain exchange below are blocking collectives; an entry
         # barrier with a deadline first makes sure every rank has entered init (else CollectiveTimeoutError).
@@ -321,7 +318,7 @@ class Communicator:
         # persistent requests of tiny allreduces, oldest first (MPI-4; COLLECTIVES_PERSISTENT=0 turns them off)
         self._persistent: dict[tuple, tuple[np.ndarray, MPI.Prequest]] = {}
         self._persistent_below = PERSISTENT_BELOW if MPI.Get_version() >= (4, 0) and \
-            os.environ.get("COLLECTIVES_PERSISTENT", "1") != "0" else -1
+            environment.get("COLLECTIVES_PERSISTENT") else -1
         self._pending_orders: list[MPI.Request] = []  # orders to switch daemons still being sent
         self._waiting: _Task | None = None
         _live.add(self)
@@ -1036,7 +1033,7 @@ class Communicator:
             # choose() is a pure function of these (its thresholds are read at import; whether shared memory
             # serves depends on the host's ranks and the COLLECTIVES_SHM/_SHM_C switches): ~3.5 us saved per call
             key = (collective, count * dtype.itemsize, dtype, _executor._oversubscribed, _executor._host_ranks,
-                   registry.generation(), os.environ.get("COLLECTIVES_SHM"), os.environ.get("COLLECTIVES_SHM_C"))
+                   registry.generation(), environment.get("COLLECTIVES_SHM"), environment.get("COLLECTIVES_SHM_C"))
             found = self._auto_choices.get(key)
             if found is None:
                 if len(self._auto_choices) >= 4096:  # many distinct sizes: start over rather than grow
@@ -1360,7 +1357,7 @@ def _close_all() -> None:
             comm.close(timeout=min(comm.timeout or 10.0, 10.0))
         except Exception:  # noqa: BLE001 - exiting anyway; never hang or mask the real error
             pass
-    if _failed and os.environ.get("COLLECTIVES_EXIT_ON_FAILURE", "1") != "0":
+    if _failed and environment.get("COLLECTIVES_EXIT_ON_FAILURE"):
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
+from .. import environment
+
 APP, DAEMON = 0, 1
 ORDER_TAG = 7
 ABORT_TAG = 8
@@ -68,8 +70,7 @@ _world: World | None = None
 
 
 def _timeout_from_env() -> float | None:
-    value = os.environ.get("COLLECTIVES_TIMEOUT", "600")
-    return None if value.lower() in ("", "none", "0", "inf") else float(value)
+    return environment.get("COLLECTIVES_TIMEOUT")
 
 
 def _bounded_barrier(comm: MPI.Comm, timeout: float | None, what: str) -> None:
@@ -227,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--path", action="append", default=[], metavar="DIR", help="prepend DIR to sys.path")
     args = ap.parse_args(argv)
     sys.path[:0] = args.path
-    modules = args.modules + [m for m in os.environ.get("COLLECTIVES_ALGORITHM_MODULES", "").split(",") if m]
+    modules = args.modules + [m for m in environment.get("COLLECTIVES_ALGORITHM_MODULES").split(",") if m]
     for name in modules:
         importlib.import_module(name)
     try:
@@ -248,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr, flush=True)
         sys.stdout.flush()
         os._exit(1)
-    if os.environ.get("COLLECTIVES_DEBUG"):
+    if environment.get("COLLECTIVES_DEBUG"):
         print(f"collectives.switchd: world rank {MPI.COMM_WORLD.Get_rank()} served {served} collectives",
               file=sys.stderr)
     return 0

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from mpi4py import MPI
 
-from .. import kernels
+from .. import environment, kernels
 from ..execution import land_receives
 from ..schedule import Op, OpKind, Schedule
 from .errors import CollectiveTimeoutError
@@ -308,7 +308,7 @@ def note_host_ranks(local_ranks: int, cores: int | None = None) -> None:
     _host_ranks = max(_host_ranks, local_ranks)
     # Ranks share the host's cores: a rank splits its large reductions over its share only (unless the user
     # chose a thread count), so kernels of different ranks never oversubscribe the cores.
-    if not os.environ.get("COLLECTIVES_KERNEL_THREADS", "").strip():
+    if environment.get("COLLECTIVES_KERNEL_THREADS") is None:
         kernels.set_threads(max(1, min(kernels.get_threads(), cores // _host_ranks)))
 
 

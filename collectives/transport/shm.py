@@ -44,13 +44,13 @@ architectures than x86 (weaker memory ordering) `Win.Sync` fences every counter 
 
 from __future__ import annotations
 
-import os
 import platform
 import weakref
 
 import numpy as np
 from mpi4py import MPI
 
+from .. import environment
 from ..execution import land_receives
 from . import executor as _executor
 from . import shm_program
@@ -64,7 +64,7 @@ _FENCE = platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686", "
 
 
 def enabled() -> bool:
-    return os.environ.get("COLLECTIVES_SHM", "1").lower() not in ("0", "no", "off", "false")
+    return environment.get("COLLECTIVES_SHM")
 
 
 # -- the arena: windows of one communicator -------------------------------------------------------------

@@ -20,13 +20,12 @@ split), so its kernel calls are the ones `reduce_into` would make.
 from __future__ import annotations
 
 import bisect
-import os
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from .. import kernels
+from .. import environment, kernels
 from ..kernels._dtypes import OP_CODES
 from ..kernels._parallel import MIN_SLICE_BYTES
 from ..schedule import OpKind
@@ -45,14 +44,7 @@ def _nap_after_ns() -> int:
     long sleeps NAP_NS per poll instead (csrc/plan.c, wait_for, says why). 1 ms: over the whole of a call up to
     ~1 MiB on 4 ranks of 2 cores, so small calls never sleep, and under the ~3 ms after which yielding waiters
     measurably slowed their core-mates (docs/benchmarks.md). COLLECTIVES_NAP_AFTER_US=0 keeps waits yielding."""
-    text = os.environ.get("COLLECTIVES_NAP_AFTER_US", "").strip()
-    try:
-        value = int(text) if text else 1000
-    except ValueError:
-        raise ValueError(f"COLLECTIVES_NAP_AFTER_US={text!r}: expected whole microseconds (0 never sleeps)") from None
-    if value < 0:
-        raise ValueError(f"COLLECTIVES_NAP_AFTER_US={text!r}: expected 0 or more microseconds")
-    return value * 1000
+    return environment.get("COLLECTIVES_NAP_AFTER_US") * 1000
 
 
 NAP_AFTER_NS = _nap_after_ns()
@@ -65,7 +57,7 @@ def _set_wait_policy(call) -> None:
 
 
 def enabled() -> bool:
-    return lib is not None and os.environ.get("COLLECTIVES_SHM_C", "1").lower() not in ("0", "no", "off", "false")
+    return lib is not None and environment.get("COLLECTIVES_SHM_C")
 
 
 def kernel_for(dtype: np.dtype, op: str, nbytes: int) -> tuple[int, int, int] | None:

@@ -1,4 +1,4 @@
-"""Sizes as nccl-tests takes them: bytes with K/M/G suffixes (powers of 1024), swept by factor or increment."""
+"""Sizes in bytes as users write them (nccl-tests: K/M/G suffixes, powers of 1024), sweeps, and readable sizes."""
 
 from __future__ import annotations
 
@@ -57,3 +57,6 @@ def human(n: int) -> str:
         if n >= m and n % m == 0:
             return f"{n // m} {unit}"
     return f"{n} B"
+
+
+format_size = human

@@ -14,7 +14,7 @@ import pytest
 
 from collectives.benchmark import format as fmt
 from collectives.benchmark.data import Pattern, count_wrong
-from collectives.benchmark.sizes import parse_size, sweep
+from collectives.units import parse_size, sweep
 
 BIN = Path(sys.executable).parent
 MPIEXEC = BIN / "mpiexec"
@@ -311,7 +311,7 @@ def test_a_rank_failing_alone_ends_the_job_at_once(tmp_path, where):
     seconds with a non-zero status and rank 1's error (not after the 30-60 s timeouts, not with a hang)."""
     import time
 
-    program = Path(__file__).parent / "mpi_programs" / "failing_rank.py"
+    program = Path(__file__).parent / "programs" / "failing_rank.py"
     args = (["calibrate", "--out", "cal.json", "--no-default", "--quick"] if where == "calibrate" else
             ["bench", "allreduce", "-b", "64K", "-e", "64K", "-n", "2", "-w", "1", "--algorithms", "ring"])
     env = dict(os.environ, MPIEXEC_TIMEOUT="90", COLLECTIVES_TIMEOUT="60",

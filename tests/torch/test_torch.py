@@ -1,7 +1,7 @@
 """The torch.distributed backend "collectives" (collectives.torch), issue 8.
 
 In process: registration (twice is fine) and zero-copy tensor views. Under the venv's mpiexec: one 3-rank launch
-checks every collective x dtype x op (tests/torch_programs/check_torch.py); two 4-rank launches train the same
+checks every collective x dtype x op (tests/torch/programs/check_torch.py); two 4-rank launches train the same
 DDP model with backend "collectives" and with torch's "gloo" (examples/ddp_train.py) and compare the weights.
 """
 
@@ -22,9 +22,9 @@ pytest.importorskip("mpi4py")
 
 import torch.distributed as dist  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
-CHECK = Path(__file__).parent / "torch_programs" / "check_torch.py"
+CHECK = Path(__file__).parent / "programs" / "check_torch.py"
 DDP_TRAIN = ROOT / "examples" / "ddp_train.py"
 TIMEOUT = 90  # seconds per launch (the machines are oversubscribed: 4 ranks, torch imports)
 
@@ -104,7 +104,7 @@ def test_ddp_training_matches_gloo(tmp_path):
 @needs_mpiexec
 def test_timeout_surfaces_from_wait():
     env = dict(os.environ, MPIEXEC_TIMEOUT="60", PYTHONWARNINGS="ignore::FutureWarning")
-    cmd = [str(MPIEXEC), "-n", "2", sys.executable, str(Path(__file__).parent / "torch_programs" / "check_timeout.py")]
+    cmd = [str(MPIEXEC), "-n", "2", sys.executable, str(Path(__file__).parent / "programs" / "check_timeout.py")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=75, env=env, cwd=ROOT)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"

@@ -1,7 +1,7 @@
 """Issue 9 under the venv's real mpiexec (subprocess + MPIEXEC_TIMEOUT): timeouts, mismatched calls, bad
 inputs, determinism, accuracy of 16-bit reductions, and fault injection (a rank or a switch daemon dies).
 
-The MPI programs live in tests/mpi_programs/reliability.py (one mode per launch) and daemon_killer.py.
+The MPI programs live in tests/mpi/programs/reliability.py (one mode per launch) and daemon_killer.py.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 from collectives import algorithms, emulate, verify
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
-PROGRAMS = Path(__file__).parent / "mpi_programs"
+PROGRAMS = Path(__file__).parent / "programs"
 PROGRAM = PROGRAMS / "reliability.py"
 BF16 = np.dtype(ml_dtypes.bfloat16)
 needs_mpi = pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no mpiexec next to {sys.executable}")

@@ -1,6 +1,6 @@
 """The MPI transport under the venv's real mpiexec: one launch per world size runs many cases inside.
 
-Each launch runs tests/mpi_programs/check_collectives.py, which checks every registered algorithm x collective
+Each launch runs tests/mpi/programs/check_collectives.py, which checks every registered algorithm x collective
 x dtype x op against the emulator (bitwise) and MPI's own collectives, and prints `RESULT {json}`.
 """
 
@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("mpi4py")
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
-PROGRAMS = Path(__file__).parent / "mpi_programs"
+PROGRAMS = Path(__file__).parent / "programs"
 CHECK = PROGRAMS / "check_collectives.py"
 TIMEOUT = 150  # seconds per launch (oversubscribed on small machines)
 

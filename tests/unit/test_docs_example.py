@@ -11,7 +11,7 @@ import pytest
 
 from collectives import algorithms, emulate, registry, verify
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "ring_of_rings.py"
 DOC = ROOT / "docs" / "algorithms.md"
 

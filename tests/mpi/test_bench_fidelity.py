@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-spec = importlib.util.spec_from_file_location("fidelity", Path(__file__).parents[1] / "bench" / "fidelity.py")
+spec = importlib.util.spec_from_file_location("fidelity", Path(__file__).parents[2] / "bench" / "fidelity.py")
 fidelity = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(fidelity)
 
@@ -50,7 +50,7 @@ def test_help_of_every_bench_script_prints():
     import subprocess
     import sys
 
-    for script in sorted((Path(__file__).parents[1] / "bench").glob("*.py")):
+    for script in sorted((Path(__file__).parents[2] / "bench").glob("*.py")):
         proc = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0 and "usage:" in proc.stdout, (script.name, proc.stderr[-2000:])
 
@@ -90,7 +90,7 @@ def test_the_scripts_that_explain_misses_run_and_add_up(tmp_path):
     mpiexec = Path(sys.executable).parent / "mpiexec"
     if not mpiexec.exists():
         pytest.skip("no mpiexec in the venv")
-    bench = Path(__file__).parents[1] / "bench"
+    bench = Path(__file__).parents[2] / "bench"
     env = dict(os.environ, MPIEXEC_TIMEOUT="90", COLLECTIVES_TIMEOUT="30",
                COLLECTIVES_CALIBRATION=str(tmp_path / "default-calibration.json"))
 

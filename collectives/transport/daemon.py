@@ -170,12 +170,13 @@ def serve(world: World, timeout: float | None = None) -> int:
     from .. import algorithms  # noqa: F401  (registers the built-in algorithms)
     from ..kernels._dtypes import SUPPORTED_DTYPES, dtype_name
     from ..registry import build
-    from .executor import Execution, ProcPlan, wait_until
+    from .messages import Execution, ProcPlan, tag_base, tag_upper_bound
     from .placement import daemon_placement
+    from .progress import wait_until
 
     dtypes = {dtype_name(d): d for d in SUPPORTED_DTYPES}
     me = world.fabric.Get_rank()
-    tag_ub = world.fabric.Get_attr(MPI.TAG_UB)
+    tag_ub = tag_upper_bound()
     plans: OrderedDict = OrderedDict()
     served = 0
     if timeout is None:
@@ -199,7 +200,7 @@ def serve(world: World, timeout: float | None = None) -> int:
         plans.move_to_end(key)
         L = plan.placement.slots
         works = [np.zeros(plan.schedule.work_size, dtype=dtypes[dtype]) for _ in plan.nodes]
-        run = Execution(plan, world.fabric, works, kernel_op, seq, (seq % ((tag_ub + 1) // (L * L))) * L * L)
+        run = Execution(plan, world.fabric, works, kernel_op, seq, tag_base(seq, L, tag_ub))
         deadline = None if timeout is None else time.monotonic() + timeout
 
         def describe(run=run, collective=collective, seq=seq, algorithm=algorithm):
@@ -207,7 +208,7 @@ def serve(world: World, timeout: float | None = None) -> int:
             return TimeoutError(f"switch daemon (world rank {me}): {collective} #{seq} ({algorithm}) did not "
                                 f"complete within {timeout} s; round {rnd}, op {index}, awaiting nodes {peers}")
 
-        wait_until(run, deadline, describe)
+        wait_until(run.advance, lambda run=run: run.events, deadline, describe, oversubscribed=True)
         served += 1
 
 

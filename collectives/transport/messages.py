@@ -24,17 +24,13 @@ no tag bits; seq keeps consecutive collectives apart even when a process runs ah
 
 from __future__ import annotations
 
-import os
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
 from mpi4py import MPI
 
-from .. import environment, kernels
 from ..execution import land_receives
 from ..schedule import Op, OpKind, Schedule
-from .errors import CollectiveTimeoutError
 from .placement import Placement
 
 
@@ -130,6 +126,18 @@ def _groups(sends: list, recvs: list) -> list[_Group]:
         groups.append(_Group(list(range(i, j)), a, b, overlapping_sends, after))
         i = j
     return groups
+
+
+def tag_upper_bound() -> int:
+    """The largest tag MPI allows. Read from MPI_COMM_WORLD, where every MPI sets it (Open MPI leaves the
+    attribute unset on duplicated communicators); 32767 is the least the standard guarantees."""
+    value = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB)
+    return int(value) if value else 32767
+
+
+def tag_base(seq: int, slots: int, tag_ub: int) -> int:
+    """First tag of call `seq` whose placement has `slots` slots (see the module docstring)."""
+    return (seq % ((tag_ub + 1) // (slots * slots))) * slots * slots
 
 
 class Execution:
@@ -262,77 +270,4 @@ class Execution:
                     pass
 
 
-def start_execution(plan: ProcPlan, comm: MPI.Comm, works: list[np.ndarray], kernel_op: str, seq: int,
-                    tag_base: int, source: np.ndarray | None = None):
-    """The execution of one call: over shared memory (shm.py) when every node is a rank and the ranks share
-    a host, else with messages (`Execution`). Both offer advance/stuck/cancel/events/done/last_completed.
-
-    `source`: the input of this process's rank node when it is not in its work buffer yet (out-of-place
-    allreduce: the caller's x). Shared memory reads it in place until the schedule overwrites each range;
-    otherwise it is copied into the work buffer here."""
-    from . import shm
-
-    shared = shm.eligible(plan, comm)
-    if source is not None and not (shared and len(works) == 1 and source.size == plan.schedule.work_size):
-        works[plan.nodes.index(plan.proc)][...] = source
-        source = None
-    if shared:
-        return shm.ShmExecution(plan, comm, works, kernel_op,
-                                lambda: Execution(plan, comm, works, kernel_op, seq, tag_base), source)
-    return Execution(plan, comm, works, kernel_op, seq, tag_base)
-
-
-SPIN_SECONDS = 0.002  # poll flat out this long after the last progress, then yield the CPU between polls
-NAP_AFTER_SECONDS = 0.1  # idle this long (a late peer), then sleep between polls (up to 1 ms)
-_oversubscribed = False
-_host_ranks = 1  # most ranks of one communicator seen on this host (choice.py: can shared memory serve a call?)
-
-
-def own_cpus() -> set[int]:
-    """The CPUs this process may run on (its affinity; every CPU where affinity is not available)."""
-    try:
-        return set(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return set(range(os.cpu_count() or 1))
-
-
-def note_host_ranks(local_ranks: int, cores: int | None = None) -> None:
-    """Record how many ranks share this host and how many cores they may use between them (the union of their
-    affinities; default this process's): more ranks than cores makes waiters yield the CPU on every poll.
-    The union, not one rank's own set: ranks that `mpiexec -bind-to core` pins to a core each have one CPU
-    apiece and still do not share one."""
-    global _oversubscribed, _host_ranks
-    if cores is None:
-        cores = len(own_cpus())
-    _oversubscribed = _oversubscribed or local_ranks > cores
-    _host_ranks = max(_host_ranks, local_ranks)
-    # Ranks share the host's cores: a rank splits its large reductions over its share only (unless the user
-    # chose a thread count), so kernels of different ranks never oversubscribe the cores.
-    if environment.get("COLLECTIVES_KERNEL_THREADS") is None:
-        kernels.set_threads(max(1, min(kernels.get_threads(), cores // _host_ranks)))
-
-
-def wait_until(task, deadline: float | None, describe) -> None:
-    """Call `task.advance()` until it returns True, raising `describe()` once `deadline` (monotonic) passes.
-
-    MPICH moves shared-memory data inside progress calls, so the waiter polls flat out while messages
-    complete. Without progress for SPIN_SECONDS (or at once with more ranks than cores) it yields the CPU on
-    every poll: the peer it waits for may be waiting for a core. Sleeping would be worse: two napping peers
-    delay each other by a nap each, so naps start only after NAP_AFTER_SECONDS of idling (a late peer).
-    """
-    last_events, last_progress, nap = task.events, time.monotonic(), 0.0
-    while not task.advance():
-        now = time.monotonic()
-        if task.events != last_events:
-            last_events, last_progress, nap = task.events, now, 0.0
-        idle = now - last_progress
-        if idle > NAP_AFTER_SECONDS:
-            nap = min(1e-3, nap * 2 or 2e-5)
-            time.sleep(nap)
-        elif _oversubscribed or idle > SPIN_SECONDS:
-            os.sched_yield()
-        if deadline is not None and now > deadline:
-            raise describe()
-
-
-__all__ = ["CollectiveTimeoutError", "Execution", "ProcPlan", "start_execution", "wait_until"]
+__all__ = ["Execution", "ProcPlan", "tag_base", "tag_upper_bound"]

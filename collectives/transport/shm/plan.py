@@ -1,20 +1,29 @@
-"""A rank's shared-memory plan: what the shared-memory executor (shm.py) does in each round of a schedule,
+"""A rank's shared-memory plan: what the shared-memory executor (executor.py) does in each round of a schedule,
 decided once per schedule and rank, without MPI.
 
 Which fused landings a round makes (a store is one copy; a run of reduce-receives of one range is ONE fused
 reduce over the local value and every sender's range), which ranges the rank's window must mirror and when
 (copied in before their first read, or copied work -> window after the write that precedes a later read),
 and which counters each step waits for (data: the sender's `done`; write-after-read: the readers' `read`).
-shm.py executes a plan over MPI shared windows, shm_program.py compiles it for the C plan runner, and
-benchmark/shm_cost.py prices it (the copies and reductions a rank's core does), so all three read the same
-decisions.
+program.py lowers a plan to the one instruction stream that the C plan runner and its Python interpreter
+both execute.
+
+Counters: each rank publishes `done` (its mirror holds the state at the start of round k once done >= base +
+1 + k) and `read` (it has finished reading peers' windows for rounds <= k once read >= base + 2 + k).
+* data: before reading node q's range in round k, wait for done[q] >= base + 1 + k;
+* write-after-read: before writing a mirror range that node q reads in round j <= k (same round included,
+  e.g. recursive doubling, where the landing into the private work buffer goes first), wait for
+  read[q] >= base + 2 + j. Landing never waits for readers: the work buffer is private.
+A call takes 1 + num_rounds counter steps on every rank, so all counters meet at the same base between calls;
+the first window write of a call waits for read[q] >= base on every peer (nobody still reads the last call).
+Round semantics (ops.py: sends read the round-start state, writes land at round end) hold exactly.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..schedule import Op, OpKind, Schedule
+from ...schedule import Op, OpKind, Schedule
 
 
 # -- the plan: rounds with their waits, built once per schedule and rank ----------------------------------

@@ -1,0 +1,71 @@
+"""Facts about where a communicator's ranks run, gathered once at `collectives.init` and passed explicitly.
+
+The executors and the chooser read them from the communicator's `Host`, never from module globals: two
+communicators of one process may differ (a world one and a split one), and every rank must decide the same.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from mpi4py import MPI
+
+from .. import environment, kernels
+
+
+def own_cpus() -> set[int]:
+    """The CPUs this process may run on (its affinity; every CPU where affinity is not available)."""
+    try:
+        return set(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return set(range(os.cpu_count() or 1))
+
+
+@dataclass(frozen=True)
+class Host:
+    """Agreed by every rank of a communicator (the same values on all of them).
+
+    `ranks_per_host`: the most ranks of the communicator on one host; `cores`: the fewest CPUs the ranks of one
+    host may use between them (the union of their affinities: ranks that `mpiexec -bind-to core` pins to a core
+    each still do not share one); `one_host`: every rank on the same host; `hosts`: how many hosts."""
+
+    ranks_per_host: int
+    cores: int
+    one_host: bool
+    hosts: int
+
+    @property
+    def oversubscribed(self) -> bool:
+        """More ranks than cores on some host: waiters yield the CPU on every poll (a peer may need the core)."""
+        return self.ranks_per_host > self.cores
+
+    @property
+    def kernel_threads(self) -> int:
+        """Threads one rank's reductions may use: its share of the host's cores."""
+        return max(1, self.cores // self.ranks_per_host)
+
+
+def discover(comm: MPI.Comm) -> Host:
+    """The host facts of `comm` (collective over comm)."""
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    try:
+        cpus = set().union(*local.allgather(sorted(own_cpus())))
+        here = local.Get_size()
+        first = int(local.Get_rank() == 0)
+    finally:
+        local.Free()
+    most, fewest, hosts = comm.allreduce(here, op=MPI.MAX), comm.allreduce(len(cpus), op=MPI.MIN), \
+        comm.allreduce(first, op=MPI.SUM)
+    return Host(most, fewest, most == comm.Get_size(), hosts)
+
+
+def share_kernel_threads(host: Host) -> None:
+    """Ranks share their host's cores: each rank splits its large reductions over its share only (unless the
+    user chose a thread count with COLLECTIVES_KERNEL_THREADS or kernels.set_threads), so kernels of different
+    ranks never oversubscribe the cores."""
+    if environment.get("COLLECTIVES_KERNEL_THREADS") is None:
+        kernels.set_threads(max(1, min(kernels.get_threads(), host.kernel_threads)))
+
+
+__all__ = ["Host", "discover", "own_cpus", "share_kernel_threads"]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .schedule import Schedule
+
+_COLUMNS = ("node", "index", "round", "kind", "peer", "start", "stop", "remote")
 
 
 @dataclass
@@ -20,12 +23,14 @@ class OpTable:
     peer: np.ndarray
     start: np.ndarray
     stop: np.ndarray
+    remote: np.ndarray  # the peer's first element of the message
+    origin: Callable[[int, int], str | None] | None = field(default=None, repr=False)  # Schedule.origin
 
     def __len__(self) -> int:
         return int(self.node.shape[0])
 
     def take(self, rows: np.ndarray) -> OpTable:
-        return OpTable(*(getattr(self, f)[rows] for f in ("node", "index", "round", "kind", "peer", "start", "stop")))
+        return OpTable(*(getattr(self, f)[rows] for f in _COLUMNS), origin=self.origin)
 
 
 def expand(schedule: Schedule) -> OpTable:
@@ -36,4 +41,5 @@ def expand(schedule: Schedule) -> OpTable:
     cat = lambda f, dt: (np.concatenate([getattr(p, f) for p in progs]).astype(dt) if progs  # noqa: E731
                          else np.zeros(0, dt))
     return OpTable(node, index, cat("round", np.int64), cat("kind", np.int8), cat("peer", np.int64),
-                   cat("start", np.int64), cat("stop", np.int64))
+                   cat("start", np.int64), cat("stop", np.int64), cat("remote", np.int64),
+                   origin=schedule.origin if schedule.op_origin is not None else None)

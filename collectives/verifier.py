@@ -32,7 +32,7 @@ import numpy as np
 
 from .errors import ScheduleError
 from .schedule import OpKind, Schedule
-from .schedule.expand import OpTable, expand
+from .schedule.expand import OpTable, expand, pair_messages
 
 _MEMORY_LIMIT = 3 << 30  # bytes of symbolic state before we refuse (ask for a smaller count or world)
 
@@ -98,45 +98,6 @@ def _check_well_formed(s: Schedule, t: OpTable) -> None:
         order_bad = (t.node[1:] == t.node[:-1]) & (t.round[1:] < t.round[:-1])
         if order_bad.any():
             raise _fail("operations are not in round order", t, int(np.flatnonzero(order_bad)[0]) + 1)
-
-
-def _pair_sequence(src: np.ndarray, dst: np.ndarray, rnd: np.ndarray | None, order: np.ndarray) -> np.ndarray:
-    """Position of each message among those with the same (src, dst[, round]), in program order."""
-    keys = (order, dst, src) if rnd is None else (order, rnd, dst, src)
-    idx = np.lexsort(keys)
-    same = np.ones(idx.size, dtype=bool)
-    if idx.size:
-        same[0] = False
-        same[1:] = (src[idx][1:] == src[idx][:-1]) & (dst[idx][1:] == dst[idx][:-1])
-        if rnd is not None:
-            same[1:] &= rnd[idx][1:] == rnd[idx][:-1]
-    group_start = np.maximum.accumulate(np.where(~same, np.arange(idx.size), 0))
-    seq = np.empty(idx.size, dtype=np.int64)
-    seq[idx] = np.arange(idx.size) - group_start
-    return seq
-
-
-def _match(t: OpTable, relaxed: bool) -> tuple[np.ndarray, np.ndarray] | None:
-    """Rows of sends and of their matching receives (aligned), or None if some message has no partner."""
-    is_send = t.kind == OpKind.SEND
-    srows, rrows = np.flatnonzero(is_send), np.flatnonzero(~is_send)
-    s_src, s_dst = t.node[srows], t.peer[srows]
-    r_src, r_dst = t.peer[rrows], t.node[rrows]
-    order_s, order_r = srows, rrows  # global row order is node-major program order
-    s_rnd = None if relaxed else t.round[srows]
-    r_rnd = None if relaxed else t.round[rrows]
-    s_seq = _pair_sequence(s_src, s_dst, s_rnd, order_s)
-    r_seq = _pair_sequence(r_src, r_dst, r_rnd, order_r)
-    zero_s, zero_r = np.zeros_like(s_src), np.zeros_like(r_src)
-    skey = np.lexsort((s_seq, zero_s if relaxed else s_rnd, s_dst, s_src))
-    rkey = np.lexsort((r_seq, zero_r if relaxed else r_rnd, r_dst, r_src))
-    if srows.size != rrows.size:
-        return None
-    a = np.stack([s_src[skey], s_dst[skey], s_seq[skey]] + ([] if relaxed else [s_rnd[skey]]))
-    b = np.stack([r_src[rkey], r_dst[rkey], r_seq[rkey]] + ([] if relaxed else [r_rnd[rkey]]))
-    if not np.array_equal(a, b):
-        return None
-    return srows[skey], rrows[rkey]
 
 
 def _unmatched_message(t: OpTable) -> ScheduleError:
@@ -486,9 +447,9 @@ def verify(schedule: Schedule, *, itemsize: int = 4) -> VerifyReport:
     s = schedule
     t = expand(s)
     _check_well_formed(s, t)
-    matched = _match(t, relaxed=False)
+    matched = pair_messages(t)
     if matched is None:
-        relaxed = _match(t, relaxed=True)
+        relaxed = pair_messages(t, same_round=False)
         if relaxed is None:
             raise _unmatched_message(t)
         _check_ends(t, *relaxed)

@@ -159,37 +159,49 @@ class Schedule:
                     if its.size == 0:
                         base += rnd.repeats
                         continue
+                lanes = []  # (order, kind, iterations, peer members, first chunk, chunks, remote chunk or None)
                 for order, slot in enumerate(rnd.slots(m, its)):
                     peer, chunk, nchunks = evaluate_slot(slot, its.shape)
                     active = peer >= 0
                     if not active.any():
                         continue
-                    peer_m, lo, n_ = peer[active], chunk[active], nchunks[active]
+                    peer_m = peer[active]
                     if int(peer_m.max()) >= members.size:
                         it = int(its[active][np.argmax(peer_m)])
                         raise ScheduleError(
                             f"node {node}: phase {phase.name!r}, round {base + it}, slot {order} names peer member "
                             f"{int(peer_m.max())} but its group has members 0..{members.size - 1}",
                             node=node, round=base + it)
-                    start, stop = phase.chunks.elements(g, lo, lo + n_, member=m)
-                    start, stop = np.asarray(start, np.int64), np.asarray(stop, np.int64)
                     rchunk = evaluate_remote(slot, its.shape)
                     if rchunk is None and not isinstance(phase.chunks, ChunkTable):
                         rchunk = chunk  # the same chunk id, in the peer's row of a per-member table
-                    if rchunk is None:
-                        remote = start
-                    else:
-                        rlo = rchunk[active]
-                        remote = np.asarray(phase.chunks.elements(g, rlo, rlo + n_, member=peer_m)[0], np.int64)
-                    n = peer_m.size
-                    cols.append((base + its[active], np.full(n, order, np.int64), np.full(n, int(slot.kind), np.int8),
-                                 members[peer_m], start, stop, np.broadcast_to(remote, start.shape)))
+                    lanes.append((order, int(slot.kind), its[active], peer_m, chunk[active], nchunks[active],
+                                  None if rchunk is None else rchunk[active]))
+                if lanes:
+                    cols.append(self._lane_columns(phase, g, m, members, base, lanes))
                 base += rnd.repeats
         if not cols:
             return Program.empty(node)
         rnd_, order_, kind, peer, start, stop, remote = (np.concatenate(c) for c in zip(*cols, strict=True))
         idx = np.lexsort((order_, rnd_))
         return Program(node, rnd_[idx], kind[idx], peer[idx], start[idx], stop[idx], remote[idx])
+
+    @staticmethod
+    def _lane_columns(phase: Phase, g: int, m: int, members: np.ndarray, base: int, lanes: list) -> tuple:
+        """Program columns of one round pattern's active lanes, with one chunk-table lookup for all of them."""
+        sizes = [len(x[2]) for x in lanes]
+        cat = lambda i: np.concatenate([x[i] for x in lanes])  # noqa: E731
+        its, peer_m, lo, n = cat(2), cat(3), cat(4), cat(5)
+        start, stop = (np.asarray(v, np.int64) for v in phase.chunks.elements(g, lo, lo + n, member=m))
+        remote = start.copy()
+        moved = [x[6] is not None for x in lanes]
+        if any(moved):
+            sel = np.repeat(np.array(moved), sizes)
+            rlo = np.concatenate([x[6] for x in lanes if x[6] is not None])
+            remote[sel] = np.asarray(phase.chunks.elements(g, rlo, rlo + n[sel], member=peer_m[sel])[0], np.int64)
+        order = np.repeat(np.array([x[0] for x in lanes], np.int64), sizes)
+        kind = np.repeat(np.array([x[1] for x in lanes], np.int8), sizes)
+        return base + its, order, kind, members[peer_m], start, stop, remote
 
     def describe(self) -> str:
         lines = [f"{self.algorithm} {self.collective}: world_size={self.world_size} count={self.count} "

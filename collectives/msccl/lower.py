@@ -62,10 +62,22 @@ class _StepParts:
     first: int  # round variable of the step's first part
     last: int
     sends_first: bool  # the step's first part is a send (an "s" step)
-    reads: list[tuple[int, int]] = field(default_factory=list)  # (chunk, n) read in its write round
+    type: str = ""
+    reads: list[tuple[int, int]] = field(default_factory=list)  # (chunk, n) read by its local copy or reduction
     writes: list[tuple[int, int, OpKind]] = field(default_factory=list)  # (chunk, n, first write kind)
     send: _Part | None = None
     recv: _Part | None = None
+
+    @property
+    def ends_with_send(self) -> bool:
+        return self.send is not None and self.last == self.send.var
+
+    def read_ranges(self) -> list[tuple[int, int]]:
+        return self.reads + ([(self.send.chunk, self.send.n)] if self.send is not None else [])
+
+
+def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    return a[0] < b[0] + b[1] and b[0] < a[0] + a[1] and a[1] > 0 and b[1] > 0
 
 
 def geometry(algo: Algorithm, count: int | None) -> tuple[int, int, int, int]:
@@ -158,11 +170,11 @@ class _Lowering:
             else None
         if kind == "s":
             v = self.var()
-            out = _StepParts(v, v, True)
+            out = _StepParts(v, v, True, kind)
             out.send = self.part(gpu, SEND, tb.send, src, n, v, origin)
             return out
         w = self.var()
-        out = _StepParts(w, w, False)
+        out = _StepParts(w, w, False, kind)
         if kind in ("r", "rcs"):
             out.recv = self.part(gpu, STORE, tb.recv, dst, n, w, origin)
             out.writes.append((dst, n, STORE))
@@ -195,19 +207,29 @@ class _Lowering:
         return out
 
     @staticmethod
-    def delay(x: _StepParts, y: _StepParts) -> int:
-        """Rounds between step x's last part and step y's first when y must follow x (see the module docstring)."""
-        if not x.writes or x.last != x.first:  # x ends with a send: y may share its round
+    def delay(x: _StepParts, y: _StepParts, explicit: bool) -> int:
+        """Rounds between step x's last part and step y's first when y follows x: in program order of one
+        threadblock (explicit=False) or by an explicit dependency (see the module docstring)."""
+        x_writes = [(a, n) for a, n, _ in x.writes]
+        if explicit:  # "must finish first": a round later, unless y only overwrites what x read (reads see a
+            # round's start, so a write-after-read may share the round)
+            war = any(_overlap(w[:2], r) for w in y.writes for r in x.read_ranges())
+            raw_or_waw = any(_overlap(w[:2], xw) for w in y.writes for xw in x_writes) or \
+                any(_overlap(r, xw) for r in y.read_ranges() for xw in x_writes)
+            return 0 if war and not raw_or_waw and not y.sends_first else 1
+        if x.ends_with_send or not x.writes:  # a send is posted and the threadblock moves on
             return 0
-        if y.sends_first:  # a threadblock blocks on x's write (a receive) before it posts y's send
+        if y.sends_first:  # the threadblock blocks on x's receive before it posts y's send
             return 1
-        for a, n in y.reads:  # y reads what x wrote
-            if any(a < b + m and b < a + n for b, m, _ in x.writes):
-                return 1
-        for a, n, kind in y.writes:  # y writes over x's write, except one more reduction into the same range
-            for b, m, _ in x.writes:
-                if a < b + m and b < a + n and not (a == b and n == m and kind == REDUCE):
-                    return 1
+        if any(_overlap(r, xw) for r in y.reads for xw in x_writes):  # y reads what x wrote
+            return 1
+        for a, n, _ in y.writes:
+            for b, m in x_writes:
+                if _overlap((a, n), (b, m)):
+                    # the executor fuses consecutive local reductions into one destination (msccl_parser.cc)
+                    fused = y.type == "re" and x.type in ("re", "cpy") and (a, n) == (b, m)
+                    if not fused:
+                        return 1
         return 0
 
     # -- the program -----------------------------------------------------------------------------------------
@@ -226,14 +248,14 @@ class _Lowering:
                     sp = self.lower_step(g.id, tb, step)
                     steps[(g.id, tb.id, step.index)] = sp
                     if prev is not None:
-                        self.edges.append((prev.last, sp.first, self.delay(prev, sp)))
+                        self.edges.append((prev.last, sp.first, self.delay(prev, sp, False)))
                     waits.append((sp, [self.resolve(g.id, tb, step, d) for d in pending]))
                     pending = []
                     prev = sp
         for sp, deps in waits:
             for dep in deps:
                 x = steps[dep]
-                self.edges.append((x.last, sp.first, self.delay(x, sp)))
+                self.edges.append((x.last, sp.first, self.delay(x, sp, True)))
         self.match(steps)
 
     def resolve(self, gpu: int, tb: Threadblock, step: Step, dep: tuple[int, int]) -> tuple[int, int, int]:

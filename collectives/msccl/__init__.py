@@ -12,8 +12,10 @@
 from __future__ import annotations
 
 from ..schedule import Schedule
+from .export import exact_count, export
 from .fileformat import Algorithm, MscclFormatError, parse
 from .lower import lower
+from .writer import write
 
 
 def read(path_or_text, *, count: int | None = None, inplace: bool | None = None, root: int | None = None) -> Schedule:
@@ -40,4 +42,4 @@ def layout(algo: Algorithm, inplace: bool | None) -> bool:
     return bool(inplace)
 
 
-__all__ = ["MscclFormatError", "parse", "read"]
+__all__ = ["MscclFormatError", "exact_count", "export", "parse", "read", "write"]

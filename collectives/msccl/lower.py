@@ -15,16 +15,22 @@ Steps become IR operations (a send, a receive-store, a receive-reduce, or a mess
 | re   | W: local reduce src into dst (consecutive re into one dst land in one round: one fused reduction)     |
 | nop  | its dependency carries over to the next step of its threadblock                                       |
 
-Rounds come from the dependency structure. Sends and receives match in FIFO order per connection (sender
-GPU's threadblock with send=b on channel c, receiver's with recv=a on channel c); both ends of a message share
-a round. A step after a step that writes (a receive, a copy, a reduction) starts a round later when it sends
-(a threadblock blocks on its receive; this is how a receive-then-send cycle shows up as a deadlock) or touches
-what was written; a step after a send may share its round (a send is posted and the threadblock moves on; round
-semantics read a round's data at its start). Explicit dependencies (depid/deps, resolved as the executor's flags
-resolve them: the first signalling step at or after deps) follow the same rule. Each round variable takes the
-least round the constraints allow (longest paths over the strongly connected components; a component with a
-round-advancing edge inside is a deadlock: its messages keep their ends' own rounds, and the verifier names
-the cycle). Every operation remembers its GPU, threadblock and step for error messages.
+Rounds come from the dependency structure. Sends and receives match in FIFO order per connection (the sender
+GPU's threadblock with send=b on channel c, the receiver's with recv=a on channel c); both ends of a message
+share a round. Each step's first part starts no earlier than the previous step of its threadblock and than the
+steps it depends on (depid/deps, resolved as the executor's flags resolve them: the first signalling step at or
+after deps, msccl_kernel.cu), and a round later when:
+
+* in a threadblock, the previous step wrote (received, copied, reduced) and this one sends (a threadblock
+  blocks on its receive; so a receive-then-send cycle between GPUs is a deadlock), or reads or overwrites what
+  was written, except consecutive local reductions into one destination (the executor fuses them);
+* by an explicit dependency, always ("must finish first"), except a pure write-after-read: a write over what
+  the other step only read may share its round, since a round's reads see its start.
+
+A send may share its round with what follows it in its threadblock (it is posted and the threadblock moves on).
+Each round variable takes the least round these constraints allow (longest paths over the strongly connected
+components); a component with a round-advancing edge inside is a deadlock: its messages keep their ends' own
+rounds, and the verifier names the cycle. Every operation remembers its GPU, threadblock and step.
 """
 
 from __future__ import annotations

@@ -278,7 +278,8 @@ def _xml(s: Schedule, gpus: list[list[_Tb]], bufs: Buffers, unit: int, nchunks: 
     ET.indent(algo, space="  ")
     header = (f"<!-- {s.algorithm} {s.collective} over {p} GPUs, written by collectives.msccl.write; a chunk is "
               f"count x {multiplier(s.collective, p)} / {nchunks} elements -->\n")
-    return header + ET.tostring(algo, encoding="unicode") + "\n"
+    # "/>" as msccl-tools writes it: the executor's tokenizer would read " />" as one more, empty, attribute
+    return header + ET.tostring(algo, encoding="unicode").replace(" />", "/>") + "\n"
 
 
 def _check_limits(gpus: list[list[_Tb]], p: int, max_steps: int) -> None:

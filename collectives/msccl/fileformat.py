@@ -206,7 +206,12 @@ def _threadblocks(g_el: ET.Element, gpu: Gpu, algo: Algorithm, source: str) -> l
                 raise MscclFormatError(f"{tctx}: {what}={peer}; a threadblock's peer is another GPU (0..{algo.ngpus - 1}, "
                                        f"not {gpu.id}) or -1")
         if tb.chan < 0:
-            raise MscclFormatError(f"{tctx}: chan={tb.chan} must be >= 0")
+            if tb.chan != -1 or tb.send >= 0 or tb.recv >= 0:
+                raise MscclFormatError(f"{tctx}: chan={tb.chan} must be >= 0 (-1 only for a threadblock with no peers)")
+            # earlier msccl-tools wrote chan=-1 for threadblocks with local steps only (msccl_struct.h still says
+            # so); the executor's parser now refuses it
+            algo.notes.append(f"{where(gpu.id, tid)} has chan=-1 (local steps only, as earlier msccl-tools wrote "
+                              "it); the MSCCL executor now refuses negative channels")
         if tb.chan >= algo.nchannels:
             algo.notes.append(f"{where(gpu.id, tid)} uses channel {tb.chan} but nchannels={algo.nchannels}")
         if t_el.find("op") is not None and t_el.find("step") is None:

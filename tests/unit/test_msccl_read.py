@@ -168,6 +168,16 @@ def test_a_second_threadblock_on_one_connection_is_refused():
         msccl.read(text(gpu0=exchange(0, extra=extra)))
 
 
+def test_channel_minus_one_for_local_threadblocks_as_earlier_msccl_tools_wrote():
+    local = ('<tb id="1" send="-1" recv="-1" chan="-1">'
+             + STEP.format(s=0, t="cpy", sb="o", so=0, db="o", do=0, di=-1, ds=-1, h=0) + "</tb>")
+    s = msccl.read(text(gpu0=exchange(0, extra=local)))
+    assert any("GPU 0, threadblock 1 has chan=-1" in n for n in s.notes)
+    assert verify(s).local_steps == 1
+    with pytest.raises(MscclFormatError, match="chan=-1 must be >= 0 .-1 only for a threadblock with no peers."):
+        msccl.read(text().replace('chan="0"', 'chan="-1"', 1))
+
+
 def test_newer_msccl_tools_format_and_missing_files_are_explained():
     with pytest.raises(MscclFormatError, match="lists <op> elements .msccl-tools' newer format."):
         msccl.read(ALGO.format(gpus=GPU.format(g=0, tbs='<tb id="0" send="1" recv="-1" chan="0"><op/></tb>')))

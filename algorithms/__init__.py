@@ -8,12 +8,15 @@ from collectives.registry import AlgorithmInfo, build, info, names, register
 
 from . import (  # noqa: F401  (registers)
     binomial,
+    bruck,
     chain,
     direct,
     double_binary_tree,
     hierarchical,
+    hierarchical_alltoall,
     nvls,
     one_shot,
+    pairwise,
     rabenseifner,
     recursive_doubling,
     ring,

@@ -23,6 +23,7 @@ NATIVE_CALLS = {
     "allgather": lambda mpi, x, out, root: mpi.Allgather(x, out),
     "broadcast": lambda mpi, x, out, root: mpi.Bcast(x, root=root),
     "reduce": lambda mpi, x, out, root: mpi.Reduce(x, out, MPI.SUM, root=root),
+    "alltoall": lambda mpi, x, out, root: mpi.Alltoall(x, out),
 }
 COLLECTIVES = tuple(NATIVE_CALLS)
 
@@ -38,8 +39,8 @@ def parse_spec(spec: str) -> tuple[str, dict]:
 
 
 def buffers(collective: str, n: int, p: int, dtype, inplace: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """(x, out) for a call moving n elements (nccl-tests sizes: reduce_scatter's input and allgather's output are
-    n; n is a multiple of p for those two). `inplace` applies to allreduce (out is x)."""
+    """(x, out) for a call moving n elements (nccl-tests sizes: reduce_scatter's input, allgather's output and
+    alltoall's input are n; n is a multiple of p for those three). `inplace` applies to allreduce (out is x)."""
     k = max(1, n // p)
     x = np.ones(k if collective == "allgather" else n, dtype)
     out = x if inplace and collective == "allreduce" else np.empty(k if collective == "reduce_scatter" else n, dtype)
@@ -114,7 +115,8 @@ def bus_factor(collective: str, p: int) -> float:
     """NCCL's bus bandwidth factor (nccl-tests' PERFORMANCE.md)."""
     if p == 1:
         return 1.0
-    return {"allreduce": 2 * (p - 1) / p, "reduce_scatter": (p - 1) / p, "allgather": (p - 1) / p}.get(collective, 1.0)
+    return {"allreduce": 2 * (p - 1) / p, "reduce_scatter": (p - 1) / p, "allgather": (p - 1) / p,
+            "alltoall": (p - 1) / p}.get(collective, 1.0)
 
 
 __all__ = ["COLLECTIVES", "Comparison", "bus_factor", "buffers", "calls", "compare", "iterations", "label",

@@ -115,6 +115,9 @@ def check_call(collective: str, x: np.ndarray, op: str, root, p: int, accumulate
     if collective == "reduce_scatter" and x.size % p:
         raise ValueError(f"reduce_scatter input must have a multiple of the world size {p} elements "
                          f"(p·k, rank r gets block r), got {x.size}")
+    if collective == "alltoall" and x.size % p:
+        raise ValueError(f"alltoall input must have a multiple of the world size {p} elements (p blocks of k, "
+                         f"block d for rank d), got {x.size}; for uneven blocks use alltoallv")
     check_accumulate(accumulate)
     return kernel_op, root
 
@@ -135,6 +138,19 @@ def check_buffers(collective: str, x: np.ndarray, out, p: int) -> None:
     _check_writable(out, "out")
     if out is not x and out.size and np.may_share_memory(out, x):
         raise ValueError("out overlaps x without being x itself; pass out=x (in place) or separate arrays")
+
+
+def check_split(counts, p: int, what: str) -> tuple[int, ...]:
+    """An alltoallv split (elements to or from each rank) as a tuple of p ints >= 0, or ValueError."""
+    try:
+        values = tuple(int(c) for c in counts)
+        if any(int(c) != c for c in counts):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise TypeError(f"alltoallv {what} must be {p} integers (elements for each rank), got {counts!r}") from None
+    if len(values) != p or any(v < 0 for v in values):
+        raise ValueError(f"alltoallv {what} must be {p} integers >= 0 (one per rank), got {list(values)}")
+    return values
 
 
 def buffers_fit(x: np.ndarray, out, mode: int, want: int) -> bool:

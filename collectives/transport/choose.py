@@ -19,7 +19,7 @@ DETERMINISTIC_REASON = ("deterministic=True: 'direct' folds every element once, 
                         "result is bitwise identical across algorithms, chunk counts and layouts")
 # what auto runs when no measured decision covers a collective (no table for it)
 FALLBACK = {"allreduce": "ring", "reduce_scatter": "ring", "allgather": "ring", "broadcast": "binomial",
-            "reduce": "binomial", "alltoall": "pairwise"}
+            "reduce": "binomial", "alltoall": "pairwise", "alltoallv": "native"}
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,10 @@ def auto(collective: str, nbytes: int, dtype: np.dtype, p: int, host, shared_mem
             return Choice(name, dict(params), f"{shown}: {why}{found.span} per rank ({where}; {found.source}); "
                                               f"this call: {nbytes} B")
     name = FALLBACK[collective]
-    return Choice(name, {}, f"{name}: no measured decision covers {collective} ({where}); this call: {nbytes} B")
+    if name == "native" and not native_supports(dtype):
+        name = "pairwise"
+    shown = "MPI's own collective" if name == "native" else name
+    return Choice(name, {}, f"{shown}: no measured decision covers {collective} ({where}); this call: {nbytes} B")
 
 
 __all__ = ["Choice", "DETERMINISTIC_REASON", "auto", "deterministic", "native_supports", "requested"]

@@ -17,6 +17,7 @@ from mpi4py import MPI
 from .. import algorithms as _builtins  # noqa: F401  (registers the built-in algorithms)
 from .. import environment
 from ..emulator import check_accumulate, widens
+from ..kernels._dtypes import dtype_name
 from ..schedule.collective import REDUCING
 from . import calls, choose, context
 from . import daemon as _daemon
@@ -232,6 +233,71 @@ class Communicator:
         return self._call("reduce", x, out, op, root, algorithm, async_op, timeout, params, deterministic,
                           accumulate)
 
+    def alltoall(self, x, out=None, algorithm: str = "auto", *, async_op: bool = False,
+                 timeout: float | None = None, **params):
+        """Exchange blocks: rank r's `x` is p blocks of k elements, block d for rank d; it gets p blocks, block s
+        from rank s (MPI_Alltoall; torch's all_to_all_single with even splits)."""
+        if type(x) is np.ndarray and not async_op and not params:
+            plan = self._hot.get(("alltoall", x.dtype, x.shape, "sum", None, algorithm,
+                                  0 if out is None else 1 if out is x else 2))
+            if plan is not None:
+                self._last = plan
+                return plan.run(x, out, timeout if timeout is None else check_timeout(timeout))
+        return self._call("alltoall", x, out, "sum", None, algorithm, async_op, timeout, params)
+
+    def alltoallv(self, x, send_counts, recv_counts, out=None, algorithm: str = "auto", *,
+                  async_op: bool = False, timeout: float | None = None, **params):
+        """Exchange blocks of any size: rank r sends send_counts[d] elements of `x` (in rank order d = 0..p-1) to
+        rank d and receives recv_counts[s] elements from rank s, in rank order (MPI_Alltoallv; torch's
+        all_to_all_single with uneven splits). The ranks' counts are exchanged first (one small allgather) and
+        checked against each other on every rank, so inconsistent counts raise ValueError everywhere instead of
+        corrupting a buffer; a schedule algorithm is then built for the whole matrix."""
+        ctx = self._ctx
+        ctx.check_open()
+        if timeout is not None:
+            timeout = check_timeout(timeout)
+        x = calls.check_input("alltoallv", x)
+        p = self.size
+        sends = calls.check_split(send_counts, p, "send_counts")
+        recvs = calls.check_split(recv_counts, p, "recv_counts")
+        if sum(sends) != x.size:
+            raise ValueError(f"alltoallv send_counts add up to {sum(sends)} elements but x has {x.size}")
+        if out is not None:
+            self._check_v_out(x, out, sum(recvs))
+        if ctx.queue:  # the exchange is an MPI collective: every earlier call goes first on every rank
+            ctx.queue.wait(ctx.queue.launches[-1], timeout)
+        counts = exchange_counts(ctx, sends, recvs, x.dtype, algorithm, params, timeout)
+        mode = calls.output_mode(x, out)
+        key = ("alltoallv", x.dtype, counts.tobytes(), algorithm, mode, tuple(sorted(params.items())))
+        plan = self._plans.get(key)
+        if plan is None:
+            if algorithm == "auto":
+                if params:
+                    raise ValueError(f"parameters {sorted(params)} need an explicit algorithm, not 'auto'")
+                choice = choose.auto("alltoallv", x.nbytes, x.dtype, p, ctx.host, ctx.arena is not None)
+            else:
+                choice = choose.requested("alltoallv", algorithm, x.dtype, params)
+            plan = Plan(ctx, "alltoallv", x, mode, "sum", "sum", None, algorithm, choice, None, False, False,
+                        timeout, counts=counts)
+            self._plans[key] = plan
+            if len(self._plans) > PLANS:
+                self._retire(self._plans.popitem(last=False)[1])
+        self._last = plan
+        x = np.ascontiguousarray(x).reshape(-1)
+        if not async_op:
+            return plan.run(x, out, timeout)
+        return plan.submit(x, out, True, timeout)
+
+    def _check_v_out(self, x: np.ndarray, out, want: int) -> None:
+        if not isinstance(out, np.ndarray) or out.dtype != x.dtype or out.size != want:
+            raise ValueError(f"alltoallv out must be a numpy.ndarray of {want} elements of x's dtype (the sum of "
+                             f"recv_counts), got {getattr(out, 'size', type(out).__name__)} elements")
+        calls.check_buffers("allreduce", out.reshape(-1), None, self.size)
+        if not out.flags.writeable or not out.flags.c_contiguous:
+            raise ValueError("alltoallv out must be writeable and C-contiguous")
+        if out.size and np.may_share_memory(out, x):
+            raise ValueError("alltoallv out overlaps x; pass separate arrays")
+
     def barrier(self, *, async_op: bool = False, timeout: float | None = None):
         """Wait until every rank has entered the barrier (after this rank's earlier calls completed)."""
         return self._call("barrier", np.empty(0, np.uint8), None, "sum", None, "native", async_op, timeout, {})
@@ -349,6 +415,45 @@ class Communicator:
     def __repr__(self) -> str:
         return (f"<collectives.Communicator rank {self.rank}/{self.size}, {len(self.domains)} domain(s), "
                 f"{self.daemons} switch daemon(s)>")
+
+
+def exchange_counts(ctx, sends: tuple[int, ...], recvs: tuple[int, ...], dtype: np.dtype, algorithm: str,
+                    params: dict, timeout: float | None) -> np.ndarray:
+    """The p x p counts matrix of an alltoallv call, from every rank's (send, receive) counts (a bounded
+    Iallgather); raises CallMismatchError on every rank if the ranks' calls differ (dtype, algorithm, call
+    number) and ValueError if rank s's send count to d is not rank d's receive count from s."""
+    from ..errors import CallMismatchError
+    from .agreement import _code
+
+    p = ctx.size
+    seq = ctx.seq + 1  # the exchange belongs to the call issued next
+    what = f"{dtype_name(dtype)} {algorithm} {sorted(params.items())!r}"
+    mine = np.array([seq, _code(what), *sends, *recvs], np.int64)
+    allv = np.empty((p, mine.size), np.int64)
+    req = ctx.comm.Iallgather(mine, allv)
+    limit = ctx.timeout if timeout is None else timeout
+    if not _bounded(req, None if limit is None else time.monotonic() + limit):
+        err = CollectiveTimeoutError(
+            f"rank {ctx.rank}: alltoallv #{seq}: not every rank exchanged its counts within {limit} s (a peer may be "
+            "dead, stuck, or have called a different collective)", collective="alltoallv", seq=seq, timeout=limit)
+        ctx.fail(err)
+        raise err
+    if len(set(allv[:, 0].tolist())) > 1 or len(set(allv[:, 1].tolist())) > 1:
+        ctx.seq = seq
+        raise CallMismatchError(
+            f"rank {ctx.rank}: mismatched alltoallv calls at call #{seq}: the ranks differ in their call number, dtype "
+            "or algorithm (every rank must issue the same collectives in the same order); no data was exchanged",
+            seq=seq, fields={"call": allv[:, 0].tolist()} if len(set(allv[:, 0].tolist())) > 1 else {})
+    counts = allv[:, 2:2 + p]
+    received = allv[:, 2 + p:].T  # received[s, d]: what rank d expects from rank s
+    bad = np.argwhere(counts != received)
+    if bad.size:
+        ctx.seq = seq
+        s, d = (int(v) for v in bad[0])
+        raise ValueError(f"alltoallv counts disagree: rank {s} sends {int(counts[s, d])} elements to rank {d}, which "
+                         f"expects {int(received[s, d])} from it (send_counts[d] on rank s must equal recv_counts[s] "
+                         "on rank d); no data was exchanged")
+    return counts.copy()
 
 
 def init(mpi_comm: MPI.Comm | None = None, *, ranks_per_domain: int | None = None, topology=None,

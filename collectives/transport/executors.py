@@ -142,6 +142,14 @@ class NativeExecutor:
             self.req = c.Ireduce_scatter_block(x, res, op) if res.size else c.Ibarrier()
         elif coll == "allgather":
             self.req = c.Iallgather(x, res) if x.size else c.Ibarrier()
+        elif coll == "alltoall":
+            self.req = c.Ialltoall(x, res) if x.size else c.Ibarrier()
+        elif coll == "alltoallv":
+            counts, r = plan.counts, self.rank
+            send, recv = counts[r, :], counts[:, r]
+            sdispl = np.concatenate(([0], np.cumsum(send)[:-1]))
+            rdispl = np.concatenate(([0], np.cumsum(recv)[:-1]))
+            self.req = c.Ialltoallv([x, (send, sdispl)], [res, (recv, rdispl)])
         elif coll == "barrier":
             self.req = c.Ibarrier()
         else:

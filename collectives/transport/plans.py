@@ -15,6 +15,7 @@ the agreement when the executor does not fold it -> the executor -> the result. 
 
 from __future__ import annotations
 
+import hashlib
 import time
 
 import numpy as np
@@ -25,14 +26,14 @@ from ..errors import CallMismatchError, CollectiveTimeoutError
 from ..kernels import round_into
 from ..kernels._dtypes import dtype_name
 from ..reduction import finalize
-from ..schedule.collective import REDUCING
+from ..schedule.collective import ALLTOALL, REDUCING
 from . import calls
 from .agreement import Agreement, CallMeta, HostAgreement, MismatchReport, ResultCheck
 from .choose import Choice
 from .executors import DONE, MISMATCH, LocalExecutor, MessageExecutor, NativeExecutor, ShmExecutor
 from .shm.executor import POLLS
 
-_IN_WORK, _IN_SCRATCH, _BROADCAST, _GATHER = range(4)  # how run() binds a call's buffers
+_IN_WORK, _IN_SCRATCH, _BROADCAST, _GATHER, _GENERAL = range(5)  # how run() binds a call's buffers
 SPIN_POLLS = 1024  # a blocking call of MPI's own collective polls this often before joining the queue
 
 
@@ -41,8 +42,9 @@ class Plan:
 
     def __init__(self, ctx, collective: str, x: np.ndarray, mode: int, op: str, kernel_op: str, root: int | None,
                  algorithm: str, choice: Choice, accumulate: str | None, deterministic: bool,
-                 wide: bool, timeout: float | None = None) -> None:
-        """`timeout`: the first call's own (it bounds a collective growth of the shared windows, see _grow)."""
+                 wide: bool, timeout: float | None = None, counts: np.ndarray | None = None) -> None:
+        """`timeout`: the first call's own (it bounds a collective growth of the shared windows, see _grow);
+        `counts`: an alltoallv's p x p matrix (counts[s, d] elements from rank s to rank d)."""
         self.ctx = ctx
         self.collective = collective
         self.dtype = x.dtype  # the caller's dtype
@@ -57,17 +59,23 @@ class Plan:
         self.choice = choice
         p, r = ctx.size, ctx.rank
         self.p, self.rank = p, r
-        self.out_shape = calls.output_shape(collective, x.shape, p)
-        self.out_count = calls.output_count(collective, x.size, p)
-        self.producing = collective in ("allreduce", "allgather", "reduce_scatter", "broadcast") or \
-            (collective == "reduce" and r == root)
-        self.signature = calls.Signature(collective, x.size, dtype_name(x.dtype), op if collective in REDUCING else "-",
+        self.counts = counts
+        if counts is not None:  # alltoallv: this rank's output is its column of the matrix
+            self.out_count = int(counts[:, r].sum())
+            self.out_shape = (self.out_count,)
+        else:
+            self.out_shape = calls.output_shape(collective, x.shape, p)
+            self.out_count = calls.output_count(collective, x.size, p)
+        self.producing = collective != "barrier" and (collective != "reduce" or r == root)
+        size = x.size if counts is None else int(hashlib.blake2b(counts.tobytes(), digest_size=7).hexdigest(), 16)
+        self.signature = calls.Signature(collective, size, dtype_name(x.dtype), op if collective in REDUCING else "-",
                                          root, algorithm, f"{choice.algorithm} {sorted(choice.params.items())!r}",
                                          accumulate or "input", bool(deterministic and collective in REDUCING))
         self.digest = self.signature.digest()
         self.calls = 0
         self.sent = self.received = self.switch_sent = self.switch_received = 0  # bytes per call
         self.schedule = None
+        self.general = False
         self.scratch: np.ndarray | None = None  # work buffer of calls whose partial results the caller never sees
         self.executor = self._executor(timeout)
         # the plan runner: one C call runs the call, and its agreement when checking (folded into its waits)
@@ -75,8 +83,8 @@ class Plan:
         self.explicit_agreement = ctx.check != "off" and not self.executor.folds_agreement and p > 1
         self.full_check = ctx.check == "full" and collective in ("allreduce", "allgather", "broadcast") and p > 1
         self.finalizing = op == "avg" and collective in REDUCING and self.producing
-        self._kind = _IN_SCRATCH if self.scratch is not None else _BROADCAST if collective == "broadcast" else \
-            _GATHER if collective == "allgather" else _IN_WORK
+        self._kind = _GENERAL if self.general else _IN_SCRATCH if self.scratch is not None else \
+            _BROADCAST if collective == "broadcast" else _GATHER if collective == "allgather" else _IN_WORK
         self._x = self._out = None  # the buffers of the last call through run(), accepted by the quick check
         self.direct = isinstance(self.executor, (NativeExecutor, LocalExecutor))  # run() without the queue
 
@@ -90,7 +98,11 @@ class Plan:
         schedule = self.schedule = self._build_schedule()
         if schedule.notes:  # a fallback inside the schedule (SHARP or NVLS refused) is part of the reason
             self.choice = Choice(choice.algorithm, choice.params, "; ".join([choice.reason, *schedule.notes]))
-        if self.collective == "reduce_scatter" or (self.collective == "reduce" and self.rank != self.root):
+        # a layout of its own (alltoall's input and output regions, an imported schedule's scratch): the work
+        # buffer is the plan's, the input copied into its input range and the output read from its output range
+        self.general = schedule.regions is not None or self.collective in ALLTOALL
+        if self.general or self.collective == "reduce_scatter" or \
+                (self.collective == "reduce" and self.rank != self.root):
             self.scratch = np.empty(schedule.work_size, self.work_dtype)
         self._count_bytes(schedule)
         if ShmExecutor.serves(schedule, ctx.arena):
@@ -112,6 +124,9 @@ class Plan:
     def _build_schedule(self):
         info = registry.info(self.choice.algorithm)
         topology = self.ctx.topology if info.needs_topology else None
+        if self.counts is not None:
+            return registry.build(self.choice.algorithm, collective=self.collective, world_size=self.p, count=None,
+                                  counts=self.counts, topology=topology, **self.params)
         return registry.build(self.choice.algorithm, collective=self.collective, world_size=self.p, count=self.count,
                               root=self.root, topology=topology, **self.params)
 
@@ -175,6 +190,8 @@ class Plan:
         still to be read where it lies (None: already in work)."""
         flat = x.reshape(-1)
         c = self.collective
+        if self.general:
+            return self.place(flat), None
         if self.scratch is not None:  # reduce_scatter; reduce off the root
             return self.scratch, flat
         if c == "broadcast":
@@ -186,8 +203,23 @@ class Plan:
             return work, None
         return work, (None if res is x else flat)
 
+    def place(self, flat: np.ndarray) -> np.ndarray:
+        """A schedule with its own layout: this rank's input copied into its input range of the plan's work."""
+        rng = self.schedule.input_range(self.rank)
+        if rng is not None:
+            self.scratch[rng[0]:rng[1]] = flat
+        return self.scratch
+
+    def take(self, res) -> None:
+        """... and its output read from its output range."""
+        rng = self.schedule.output_range(self.rank)
+        if rng is not None and res is not None:
+            res.reshape(-1)[...] = self.scratch[rng[0]:rng[1]]
+
     def finish(self, res):
-        if self.collective == "reduce_scatter":
+        if self.general:
+            self.take(res)
+        elif self.collective == "reduce_scatter":
             k = self.count // self.p
             res.reshape(-1)[...] = self.scratch[self.rank * k:(self.rank + 1) * k]
         if res is not None and self.collective in REDUCING:
@@ -211,7 +243,10 @@ class Plan:
         elif self.mode == calls.SEPARATE and not out.flags.writeable:  # the one flag a caller can change
             return self.submit(x, out, False, timeout)
         kind = self._kind
-        if kind == _IN_WORK:  # allreduce; reduce on the root
+        if kind == _GENERAL:  # alltoall; a schedule with its own layout
+            res = (out if out is not None else np.empty(self.out_shape, self.dtype)) if self.producing else None
+            work, source = self.place(x.reshape(-1)), None
+        elif kind == _IN_WORK:  # allreduce; reduce on the root
             res = out if out is not None else np.empty(self.out_shape, self.dtype)
             work, source = res, (None if res is x else x)
         elif kind == _IN_SCRATCH:  # reduce_scatter; reduce off the root
@@ -231,7 +266,9 @@ class Plan:
             launch = Launch(self, seq, x, out, res, started=True)
             ctx.queue.submit(launch, False, timeout)
             return launch.result
-        if kind == _IN_SCRATCH and res is not None:
+        if kind == _GENERAL:
+            self.take(res)
+        elif kind == _IN_SCRATCH and res is not None:
             k = self.count // self.p
             res.reshape(-1)[...] = self.scratch[self.rank * k:(self.rank + 1) * k]
         if self.finalizing:

@@ -78,11 +78,11 @@ def _copy_words(dst: int, src: int, lo: int, hi: int, itemsize: int) -> tuple[in
     return (COPY, dst, lo * itemsize, src, lo * itemsize, (hi - lo) * itemsize) if hi > lo else ()
 
 
-def _reduce_words(dst: int, sources: list[int], lo: int, hi: int, itemsize: int) -> list[int]:
-    """REDUCE of elements [lo, hi) of every source buffer, in the order given, into the same range of dst."""
+def _reduce_words(dst: int, lo: int, hi: int, sources: list[tuple[int, int]], itemsize: int) -> list[int]:
+    """REDUCE into elements [lo, hi) of buffer dst of the (buffer, first element) operands, in the order given."""
     words = [REDUCE, dst, lo * itemsize, hi - lo, len(sources)]
-    for b in sources:
-        words.extend((b, lo * itemsize))
+    for b, first in sources:
+        words.extend((b, first * itemsize))
     return words
 
 
@@ -119,14 +119,18 @@ def compile_plan(splan, itemsize: int, lazy: bool) -> Program:
                 else:
                     for lo, hi in fresh:
                         copy(WORK, SOURCE, lo, hi)
+            # a peer's end of the message is [o.remote, o.remote + length) of its window (its own range: the
+            # position invariant makes it [a, b), alltoall and imported schedules need not)
             if g[0].kind == OpKind.RECV and len(g) == 1:
-                copy(WORK, WINDOW + g[0].peer, a, b)
+                o = g[0]
+                if b > a:
+                    words.extend((COPY, WORK, a * itemsize, WINDOW + o.peer, o.remote * itemsize, (b - a) * itemsize))
                 continue
-            operands = [(o.peer, WINDOW + o.peer) for o in g]
+            operands = [(o.peer, (WINDOW + o.peer, o.remote)) for o in g]
             if g[0].kind == OpKind.RECV_REDUCE:
-                operands.append((splan.node, local))
+                operands.append((splan.node, (local, a)))
             operands.sort(key=lambda item: item[0])  # stable, as land_receives
-            words.extend(_reduce_words(WORK, [buf for _, buf in operands], a, b, itemsize))
+            words.extend(_reduce_words(WORK, a, b, [src for _, src in operands], itemsize))
         if r.mirror:
             words.extend((SET_READ, 1 + r.k + 1))  # this round's reads are over
             for q, off in r.mirror_waits:

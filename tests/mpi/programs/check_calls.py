@@ -23,7 +23,7 @@ from collectives.kernels._dtypes import BFLOAT16, SUPPORTED_DTYPES
 from collectives.transport import init
 
 NATIVE = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
-COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce")
+COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "alltoall")
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--check", default="metadata")
@@ -61,6 +61,9 @@ def reference(collective: str, x: np.ndarray, op: str, root: int):
     elif collective == "broadcast":
         ref = x.copy()
         mpi.Bcast(ref, root=root)
+    elif collective == "alltoall":
+        ref = np.empty_like(x)
+        mpi.Alltoall(x, ref)
     else:
         ref = np.empty_like(x) if rank == root else None
         mpi.Reduce(x, ref, mop, root=root)
@@ -72,15 +75,15 @@ def call(collective: str, x, out, op: str, root: int, algorithm: str, **kw):
         return comm.broadcast(x, root=root, algorithm=algorithm, **kw)
     if collective == "reduce":
         return comm.reduce(x, out=out, root=root, op=op, algorithm=algorithm, **kw)
-    if collective == "allgather":
-        return comm.allgather(x, out=out, algorithm=algorithm, **kw)
+    if collective in ("allgather", "alltoall"):
+        return getattr(comm, collective)(x, out=out, algorithm=algorithm, **kw)
     return getattr(comm, collective)(x, out=out, op=op, algorithm=algorithm, **kw)
 
 
 def check_case(collective: str, dtype, op: str, count: int, mode: str, algorithm: str, salt: int) -> None:
     global cases
     root = (salt % p)
-    n = count * p if collective == "reduce_scatter" else count
+    n = count * p if collective in ("reduce_scatter", "alltoall") else count
     x = data(n, dtype, salt, op)
     keep = x.copy()
     ref = reference(collective, x, op, root)
@@ -89,7 +92,7 @@ def check_case(collective: str, dtype, op: str, count: int, mode: str, algorithm
         size = {"reduce_scatter": n // p, "allgather": n * p}.get(collective, n)
         out = np.full(size, 7, dtype)
     elif mode == "inplace":
-        if collective in ("reduce_scatter", "allgather") and p > 1:
+        if collective in ("reduce_scatter", "allgather", "alltoall") and p > 1:
             return
         out = x
     label = f"{collective}/{algorithm}/{dtype}/{op}/count {count}/{mode}"
@@ -129,6 +132,36 @@ for collective in COLLECTIVES:
                     for mode in ("new", "separate", "inplace"):
                         salt += 1
                         check_case(collective, dtype, op, count, mode, algorithm, salt)
+
+# alltoallv: uneven matrices (empty rows and columns included) through every algorithm, against MPI's own
+rng = np.random.default_rng(5)
+for trial in range(6):
+    m = rng.integers(0, 4, (p, p))
+    if trial == 0:
+        m[:, 0] = 0
+    if trial == 1:
+        m[p - 1, :] = 0
+    for dtype in (np.dtype(np.float32), np.dtype(np.int8), np.dtype(np.float64)):
+        x = (np.arange(m[rank].sum()) + 50 * rank).astype(dtype)
+        sd = np.concatenate(([0], np.cumsum(m[rank])[:-1]))
+        rc = m[:, rank]
+        rd = np.concatenate(([0], np.cumsum(rc)[:-1]))
+        ref = np.empty(rc.sum(), dtype)
+        mpi.Alltoallv([x, (m[rank], sd)], [ref, (rc, rd)])
+        for algorithm in ["auto", "native"] + algorithms.names("alltoallv"):
+            if algorithms.info(algorithm).needs_topology if algorithm not in ("auto", "native") else False:
+                continue
+            got = comm.alltoallv(x, m[rank], rc, algorithm=algorithm)
+            cases += 1
+            if got.tobytes() != ref.tobytes():
+                fail(f"alltoallv/{algorithm}/{dtype}/trial {trial}: {got[:6]} != MPI's {ref[:6]}")
+bad = m[:, rank].copy()
+bad[0] += rank == p - 1
+try:
+    comm.alltoallv(np.ones(m[rank].sum(), np.float32), m[rank], bad)
+    fail("alltoallv with inconsistent counts: no error")
+except ValueError:
+    cases += 1
 
 # a signature's cached plan with other buffers of the same shape, strided and 2-D inputs
 for k in range(3):

@@ -31,7 +31,7 @@ def output_count(collective: str, count: int, p: int) -> int:
     """Elements of each rank's output."""
     if collective == "reduce_scatter":
         return count // p
-    if collective == "allgather":
+    if collective in ("allgather", "gather"):
         return count * p
     return count
 
@@ -42,7 +42,7 @@ def output_shape(collective: str, shape: tuple[int, ...], p: int) -> tuple[int, 
     size = int(np.prod(shape)) if shape else 1
     if collective == "reduce_scatter":
         return (shape[0] // p, *shape[1:]) if shape and shape[0] % p == 0 else (size // p,)
-    if collective == "allgather":
+    if collective in ("allgather", "gather"):
         return (p * shape[0], *shape[1:]) if shape else (p,)
     return shape
 
@@ -106,7 +106,7 @@ def check_input(collective: str, x) -> np.ndarray:
 def check_call(collective: str, x: np.ndarray, op: str, root, p: int, accumulate) -> tuple[str, int | None]:
     """Validate what the signature fixes; returns (the kernel op, the root as an int or None)."""
     kernel_op = check_op(op, x.dtype) if collective in REDUCING else "sum"
-    if collective in ROOTED:
+    if collective in (*ROOTED, "gather", "scatter"):
         if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < p:
             raise ValueError(f"{collective} root must be an integer in [0, {p}), got {root!r}")
         root = int(root)

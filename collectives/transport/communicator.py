@@ -19,7 +19,7 @@ from .. import environment
 from ..emulator import check_accumulate, widens
 from ..kernels._dtypes import dtype_name
 from ..schedule.collective import REDUCING
-from . import calls, choose, context
+from . import calls, choose, context, p2p
 from . import daemon as _daemon
 from .agreement import check_mode
 from .calls import check_timeout
@@ -298,6 +298,45 @@ class Communicator:
         if out.size and np.may_share_memory(out, x):
             raise ValueError("alltoallv out overlaps x; pass separate arrays")
 
+    def gather(self, x, out=None, root: int = 0, *, async_op: bool = False, timeout: float | None = None):
+        """Concatenate every rank's `x` (k elements) in rank order on `root` (p·k elements there; None
+        elsewhere). MPI's own gather."""
+        return self._call("gather", x, out if self.rank == root else None, "sum", root, "native", async_op, timeout,
+                          {})
+
+    def scatter(self, x, out, root: int = 0, *, async_op: bool = False, timeout: float | None = None):
+        """Split root's `x` (p·k elements) into p blocks; rank r gets block r in `out` (k elements, every rank;
+        `x` is read on the root only). MPI's own scatter."""
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"scatter needs out= (a numpy.ndarray of each rank's k elements), got {type(out).__name__}")
+        if self.rank == root:
+            x = calls.check_input("scatter", x)
+            if x.dtype != out.dtype or x.size != out.size * self.size:
+                raise ValueError(f"scatter: the root's x must have p·k = {out.size * self.size} elements of "
+                                 f"{dtype_name(out.dtype)} for an out of {out.size}; got {x.size} of {x.dtype}")
+        source = x if self.rank == root else np.empty(0, out.dtype)  # read on the root only
+        return self._call("scatter", source, out, "sum", root, "native", async_op, timeout, {})
+
+    # -- point to point ------------------------------------------------------------------------------------
+    def isend(self, x: np.ndarray, dest: int, tag: int = 0) -> p2p.PointToPoint:
+        """Send `x` to rank `dest` (nonblocking): a handle with wait(timeout) and test()."""
+        return p2p.isend(self._ctx, x, dest, tag)
+
+    def irecv(self, out: np.ndarray, source: int | None = None, tag: int | None = None) -> p2p.PointToPoint:
+        """Receive into `out` from rank `source` (None: any) with `tag` (None: any), nonblocking; the handle's
+        `source` and `tag` say what arrived."""
+        return p2p.irecv(self._ctx, out, source, tag)
+
+    def send(self, x: np.ndarray, dest: int, tag: int = 0, *, timeout: float | None = None) -> None:
+        p2p.isend(self._ctx, x, dest, tag).wait(timeout)
+
+    def recv(self, out: np.ndarray, source: int | None = None, tag: int | None = None, *,
+             timeout: float | None = None) -> int:
+        """Receive into `out`; returns the rank it came from."""
+        handle = p2p.irecv(self._ctx, out, source, tag)
+        handle.wait(timeout)
+        return handle.source
+
     def barrier(self, *, async_op: bool = False, timeout: float | None = None):
         """Wait until every rank has entered the barrier (after this rank's earlier calls completed)."""
         return self._call("barrier", np.empty(0, np.uint8), None, "sum", None, "native", async_op, timeout, {})
@@ -312,12 +351,18 @@ class Communicator:
         x = calls.check_input(collective if collective != "barrier" else "allreduce", x)
         if collective == "broadcast":
             out = x
-        calls.check_buffers(collective, x, out, self.size)
+        if collective == "scatter":  # out: this rank's block (k elements); x: the root's p blocks, or nothing
+            calls.check_buffers("allreduce", out, None, self.size)
+            if not out.flags.writeable or not out.flags.c_contiguous:
+                raise ValueError("scatter out must be writeable and C-contiguous")
+        else:
+            calls.check_buffers(collective, x, out, self.size)
         mode = calls.output_mode(x, out)
         explicit = deterministic is not None
         deterministic = ctx.deterministic if deterministic is None else bool(deterministic)
         accumulate = ctx.accumulate if accumulate is None else check_accumulate(accumulate)
-        key = (collective, x.dtype, x.shape, op, root, algorithm, mode, tuple(sorted(params.items())),
+        shape = out.shape if collective == "scatter" else x.shape
+        key = (collective, x.dtype, shape, op, root, algorithm, mode, tuple(sorted(params.items())),
                deterministic, accumulate)
         plan = self._plans.get(key)
         if plan is None:
@@ -333,9 +378,9 @@ class Communicator:
     def _build(self, key, collective, x, mode, op, root, algorithm, params, deterministic, explicit, accumulate,
                timeout):
         ctx, p = self._ctx, self.size
-        if collective == "barrier":
-            kernel_op, root = "sum", None
-            choice = choose.Choice("native" if p > 1 else "copy", {}, "barrier is MPI's own")
+        if collective in ("barrier", "gather", "scatter"):
+            kernel_op, root = calls.check_call(collective, x, op, root, p, accumulate)
+            choice = choose.Choice("native" if p > 1 else "copy", {}, f"{collective}: MPI's own")
             wide = False
         else:
             kernel_op, root = calls.check_call(collective, x, op, root, p, accumulate)
@@ -354,7 +399,7 @@ class Communicator:
                     choice = choose.Choice("copy", {}, f"world size 1: the output is the input ({algorithm} "
                                                        "needs no communication)")
         plan = Plan(ctx, collective, x, mode, op, kernel_op, root, algorithm, choice, accumulate,
-                    deterministic, wide, timeout)
+                    deterministic, wide, timeout, shape=key[2])
         self._plans[key] = plan
         if not params and not explicit and accumulate == ctx.accumulate and deterministic == ctx.deterministic:
             self._hot[(collective, x.dtype, x.shape, op, root, algorithm, mode)] = plan
@@ -400,6 +445,7 @@ class Communicator:
                 if _bounded(ctx.comm.Ibarrier(), time.monotonic() + limit):
                     if ctx.arena is not None:
                         ctx.arena.free()
+                    ctx.p2p.Free()
                     ctx.comm.Free()
                 else:
                     ctx.fail(CollectiveTimeoutError(

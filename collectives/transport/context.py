@@ -25,6 +25,8 @@ class Context:
     def __init__(self, comm: MPI.Comm, host: Host, arena, world, *, check: str, timeout: float | None,
                  deterministic: bool, accumulate: str | None, domains: list[list[int]], topology=None) -> None:
         self.comm = comm
+        self.p2p = comm.Dup()  # point-to-point messages (p2p.py): user tags never meet the schedules' tags
+        self.p2p.Set_errhandler(MPI.ERRORS_RETURN)
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self.host = host

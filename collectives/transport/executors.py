@@ -150,6 +150,10 @@ class NativeExecutor:
             sdispl = np.concatenate(([0], np.cumsum(send)[:-1]))
             rdispl = np.concatenate(([0], np.cumsum(recv)[:-1]))
             self.req = c.Ialltoallv([x, (send, sdispl)], [res, (recv, rdispl)])
+        elif coll == "gather":
+            self.req = c.Igather(x, res, root)
+        elif coll == "scatter":
+            self.req = c.Iscatter(x if self.rank == root else None, res, root)
         elif coll == "barrier":
             self.req = c.Ibarrier()
         else:
@@ -188,7 +192,7 @@ class LocalExecutor:
 
     def launch(self, plan, x: np.ndarray, out, seq: int):
         res = plan.output(x, out)
-        if res is not None and res is not x:
+        if res is not None and res is not x and x.size:
             res.reshape(-1)[...] = x.reshape(-1)
         return res
 

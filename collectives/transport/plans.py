@@ -42,7 +42,8 @@ class Plan:
 
     def __init__(self, ctx, collective: str, x: np.ndarray, mode: int, op: str, kernel_op: str, root: int | None,
                  algorithm: str, choice: Choice, accumulate: str | None, deterministic: bool,
-                 wide: bool, timeout: float | None = None, counts: np.ndarray | None = None) -> None:
+                 wide: bool, timeout: float | None = None, counts: np.ndarray | None = None,
+                 shape: tuple[int, ...] | None = None) -> None:
         """`timeout`: the first call's own (it bounds a collective growth of the shared windows, see _grow);
         `counts`: an alltoallv's p x p matrix (counts[s, d] elements from rank s to rank d)."""
         self.ctx = ctx
@@ -50,8 +51,8 @@ class Plan:
         self.dtype = x.dtype  # the caller's dtype
         self.work_dtype = np.dtype(np.float32) if wide else x.dtype  # accumulate="float32": float32 work
         self.wide = wide
-        self.count = x.size
-        self.shape = x.shape
+        self.shape = x.shape if shape is None else shape  # scatter: the output block's, on every rank
+        self.count = x.size if shape is None else int(np.prod(shape, dtype=np.int64))
         self.mode = mode
         self.op = op
         self.kernel_op = kernel_op
@@ -64,10 +65,10 @@ class Plan:
             self.out_count = int(counts[:, r].sum())
             self.out_shape = (self.out_count,)
         else:
-            self.out_shape = calls.output_shape(collective, x.shape, p)
-            self.out_count = calls.output_count(collective, x.size, p)
-        self.producing = collective != "barrier" and (collective != "reduce" or r == root)
-        size = x.size if counts is None else int(hashlib.blake2b(counts.tobytes(), digest_size=7).hexdigest(), 16)
+            self.out_shape = calls.output_shape(collective, self.shape, p)
+            self.out_count = calls.output_count(collective, self.count, p)
+        self.producing = collective != "barrier" and (collective not in ("reduce", "gather") or r == root)
+        size = self.count if counts is None else int(hashlib.blake2b(counts.tobytes(), digest_size=7).hexdigest(), 16)
         self.signature = calls.Signature(collective, size, dtype_name(x.dtype), op if collective in REDUCING else "-",
                                          root, algorithm, f"{choice.algorithm} {sorted(choice.params.items())!r}",
                                          accumulate or "input", bool(deterministic and collective in REDUCING))

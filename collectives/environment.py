@@ -115,6 +115,8 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
     Variable("COLLECTIVES_NAP_AFTER_US", "microseconds", 1000,
              "with more ranks than cores, a plan-runner wait that has lasted this long sleeps between polls "
              "(0: never sleeps)", _non_negative_int),
+    Variable("COLLECTIVES_ONE_RANK", "flag", False,
+             "running as one rank without a launcher is intended: no warning on stderr", _flag),
     Variable("COLLECTIVES_EXIT_ON_FAILURE", "flag", True,
              "after a communicator failed (timeout, dead peer), exit with status 1 instead of MPI_Finalize "
              "(which can block forever on a dead peer)", _flag),

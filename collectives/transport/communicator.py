@@ -25,7 +25,7 @@ from .agreement import check_mode
 from .calls import check_timeout
 from .domains import find_domains, topology_for
 from .errors import CollectiveTimeoutError
-from .host import discover, share_kernel_threads
+from .host import discover, share_kernel_threads, warn_if_alone
 from .plans import Plan
 from .shm import arena as _arena
 
@@ -71,6 +71,8 @@ class Communicator:
                 timeout=timeout)
         comm = mpi_comm.Dup()
         comm.Set_errhandler(MPI.ERRORS_RETURN)  # MPI errors (a dead peer) come back as exceptions
+        if MPI.COMM_WORLD.Get_size() == 1:
+            warn_if_alone(1)
         self.domains = find_domains(comm, ranks_per_domain)
         host = discover(comm)
         share_kernel_threads(host)

@@ -60,6 +60,28 @@ def discover(comm: MPI.Comm) -> Host:
     return Host(most, fewest, most == comm.Get_size(), hosts)
 
 
+# what MPI launchers put in every process's environment: MPICH's and Intel MPI's hydra (PMI_*), Open MPI
+# (OMPI_*), PMIx-based launchers (PMIX_RANK), Slurm's srun (SLURM_PROCID with a PMI plugin)
+LAUNCHER_VARIABLES = ("PMI_RANK", "PMI_SIZE", "PMI_FD", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "SLURM_PROCID",
+                      "MPI_LOCALNRANKS", "HYDRA_CONTROL_FD")
+_warned = False
+
+
+def warn_if_alone(size: int, environ=None) -> bool:
+    """Say once on stderr that this process runs as one rank because no launcher started it (`python app.py`
+    instead of `mpiexec -n N python app.py`): everything works, on one rank, which is rarely what was meant.
+    COLLECTIVES_ONE_RANK=1 says it is. Returns whether it warned."""
+    global _warned
+    env = os.environ if environ is None else environ
+    if _warned or size != 1 or environment.get("COLLECTIVES_ONE_RANK") or any(v in env for v in LAUNCHER_VARIABLES):
+        return False
+    _warned = True
+    import sys
+    print("collectives: running as 1 rank: not started by mpiexec (`mpiexec -n N python ...` runs N ranks; "
+          "COLLECTIVES_ONE_RANK=1 says one rank is intended and hides this)", file=sys.stderr, flush=True)
+    return True
+
+
 def share_kernel_threads(host: Host) -> None:
     """Ranks share their host's cores: each rank splits its large reductions over its share only (unless the
     user chose a thread count with COLLECTIVES_KERNEL_THREADS or kernels.set_threads), so kernels of different
@@ -68,4 +90,4 @@ def share_kernel_threads(host: Host) -> None:
         kernels.set_threads(max(1, min(kernels.get_threads(), host.kernel_threads)))
 
 
-__all__ = ["Host", "discover", "own_cpus", "share_kernel_threads"]
+__all__ = ["Host", "LAUNCHER_VARIABLES", "discover", "own_cpus", "share_kernel_threads", "warn_if_alone"]

@@ -247,6 +247,20 @@ if p > 1 and args.check != "off":
             fail(f"after the mismatched {label}: {y}")
         cases += 2
 
+# with check="off" the plan runner still compares the calls' sizes (free): a count mismatch is caught
+if p > 1 and args.check == "off" and comm.shared_memory:
+    try:
+        comm.allreduce(np.ones(10 + (rank == p - 1), np.float32), algorithm="one_shot")
+        fail("check=off, mismatched count through the plan runner: no error")
+    except collectives.CallMismatchError as exc:
+        mismatches += 1
+        if "count" not in str(exc):
+            fail(f"check=off, mismatched count: the error does not name it: {exc}")
+    y = comm.allreduce(np.ones(6, np.float32))
+    if not np.array_equal(y, np.full(6, p, np.float32)):
+        fail(f"after the check=off mismatch: {y}")
+    cases += 2
+
 stats = comm.stats
 out = {"cases": cases, "failures": len(failures), "messages": failures[:20], "mismatches": mismatches,
        "calls": stats["calls"], "native_calls": stats["native_calls"], "shared_memory": comm.shared_memory}

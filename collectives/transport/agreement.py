@@ -11,11 +11,11 @@ and chosen, accumulate, deterministic) and its number on the communicator. Two w
   control block. A call run by the shared-memory plan runner compares them inside its own waits (csrc/plan.h):
   no extra synchronisation. A call of another executor (MPI's own collective, point-to-point messages) first
   runs `HostAgreement`: sign, then wait until every peer has signed this call number, and compare.
-* otherwise `Agreement`: ONE nonblocking `MPI_Iallreduce` with `MPI_MIN` over an int64 vector ``[v, -v]``, v
+* otherwise `Agreement`: ONE nonblocking allreduce (min; `MPI_Iallreduce` under MPI) over an int64 vector ``[v, -v]``, v
   encoding the call field by field: min != max for a field means the ranks disagree on it.
 
 Either way a mismatch is found by every rank (every rank compares with every peer before its call returns), and
-`mismatch_report` then gathers every rank's record (`MPI_Iallgather`) so the error names each rank's values.
+`MismatchReport` then gathers every rank's record (one allgather) so the error names each rank's values.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import zlib
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from mpi4py import MPI
 
 from .. import environment
 from ..errors import CallMismatchError, CollectivesError
@@ -91,18 +90,18 @@ class CallMeta:
 
 
 class Agreement:
-    """The MPI agreement of one call, driven without blocking: `test()` returns True once all ranks agree and
+    """The agreement of one call across hosts, driven without blocking: `test()` returns True once all ranks agree and
     raises CallMismatchError (on every rank) when they do not."""
 
     stage = "agreement"
 
-    def __init__(self, comm: MPI.Comm, meta: CallMeta, rank: int) -> None:
-        self.comm = comm
+    def __init__(self, runtime, meta: CallMeta, rank: int) -> None:
+        self.runtime = runtime
         self.meta = meta
         self.rank = rank
         v = meta.vector()
         self._buf = np.empty(2 * v.size, dtype=np.int64)
-        self._req = comm.Iallreduce(np.concatenate([v, -v]), self._buf, MPI.MIN)
+        self._req = runtime.iallreduce(np.concatenate([v, -v]), self._buf, "min")
         self._report: MismatchReport | None = None
 
     def test(self) -> bool:
@@ -115,7 +114,7 @@ class Agreement:
         if np.array_equal(lo, hi):
             return True
         self.stage = "mismatch report (allgather of the call records)"
-        self._report = MismatchReport(self.comm, self.meta, self.rank)
+        self._report = MismatchReport(self.runtime, self.meta, self.rank)
         return self._report.test()
 
 
@@ -126,8 +125,8 @@ class HostAgreement:
 
     stage = "agreement"
 
-    def __init__(self, comm: MPI.Comm, arena, meta: CallMeta, signature: int) -> None:
-        self.comm, self.arena, self.meta, self.signature = comm, arena, meta, signature
+    def __init__(self, runtime, arena, meta: CallMeta, signature: int) -> None:
+        self.runtime, self.arena, self.meta, self.signature = runtime, arena, meta, signature
         self._pending = [q for q in range(arena.size) if q != arena.rank]
         self._report: MismatchReport | None = None
         arena.sign(meta.call, signature)
@@ -157,7 +156,7 @@ class HostAgreement:
     def mismatch(self) -> bool:
         """Start the report (every rank gets here for this call): raises once it is complete."""
         self.stage = "mismatch report (allgather of the call records)"
-        self._report = MismatchReport(self.comm, self.meta, self.comm.Get_rank(), self.arena)
+        self._report = MismatchReport(self.runtime, self.meta, self.runtime.rank, self.arena)
         return self._report.test()
 
 
@@ -165,25 +164,25 @@ class MismatchReport:
     """The records of every rank for a mismatched call (an Iallgather every rank joins), then the error; on one
     host the arena's counters restart together (the mismatched programs stopped wherever they were)."""
 
-    def __init__(self, comm: MPI.Comm, meta: CallMeta, rank: int, arena=None) -> None:
-        self.comm, self.meta, self.rank, self.arena = comm, meta, rank, arena
-        p = comm.Get_size()
+    def __init__(self, runtime, meta: CallMeta, rank: int, arena=None) -> None:
+        self.runtime, self.meta, self.rank, self.arena = runtime, meta, rank, arena
+        p = runtime.size
         done = 0
         if arena is not None:
             from .shm.arena import DONE
             done = arena.counter(arena.rank, DONE)
         send = np.frombuffer(meta.record() + int(done).to_bytes(8, "little", signed=True), dtype=np.uint8)
         self._width = _RECORD + 8
-        self._records = np.empty(self._width * p, dtype=np.uint8)
-        self._req = comm.Iallgather(send, self._records)
+        self._records = np.empty((p, self._width), dtype=np.uint8)
+        self._req = runtime.iallgather(send, self._records)
 
     def test(self) -> bool:
         if not self._req.Test():
             return False
-        p = self.comm.Get_size()
+        p = self.runtime.size
         metas, counters = [], []
         for r in range(p):
-            raw = self._records[r * self._width:(r + 1) * self._width].tobytes()
+            raw = self._records[r].tobytes()
             counters.append(int.from_bytes(raw[_RECORD:], "little", signed=True))
             try:
                 metas.append(json.loads(raw[:_RECORD].rstrip(b" ")))
@@ -213,10 +212,10 @@ def describe_mismatch(mine: CallMeta, rank: int, metas: list[dict]) -> CallMisma
         "same count, dtype, op, root and algorithm; no data was exchanged", seq=mine.call, fields=fields)
 
 
-def report_mismatch(comm: MPI.Comm, meta: CallMeta, rank: int, arena, deadline: float | None) -> CallMismatchError:
+def report_mismatch(runtime, meta: CallMeta, rank: int, arena, deadline: float | None) -> CallMismatchError:
     """After the plan runner found a mismatch: gather every rank's record (bounded by `deadline`) and return the
     error to raise (a timeout error when a peer never joins the report)."""
-    report = MismatchReport(comm, meta, rank, arena)
+    report = MismatchReport(runtime, meta, rank, arena)
     nap = 0.0
     while True:
         try:
@@ -239,11 +238,11 @@ class ResultCheck:
 
     stage = "result check"
 
-    def __init__(self, comm: MPI.Comm, result: np.ndarray, seq: int, collective: str, rank: int) -> None:
+    def __init__(self, runtime, result: np.ndarray, seq: int, collective: str, rank: int) -> None:
         data = np.ascontiguousarray(result).reshape(-1).view(np.uint8)
         h = (zlib.crc32(data) << 31) ^ zlib.adler32(data)
-        self._buf = np.array([h, -h], dtype=np.int64)
-        self._req = comm.Iallreduce(MPI.IN_PLACE, self._buf, MPI.MIN)
+        self._buf = np.empty(2, dtype=np.int64)
+        self._req = runtime.iallreduce(np.array([h, -h], dtype=np.int64), self._buf, "min")
         self.seq, self.collective, self.rank = seq, collective, rank
 
     def test(self) -> bool:

@@ -27,12 +27,13 @@ from .domains import find_domains, topology_for
 from .errors import CollectiveTimeoutError
 from .host import discover, share_kernel_threads, warn_if_alone
 from .plans import Plan
+from .runtime import MpiRuntime, Runtime
 from .shm import arena as _arena
 
 PLANS = 128  # plans kept per communicator (least recently used dropped)
 
 
-def _bounded(req: MPI.Request, deadline: float | None) -> bool:
+def _bounded(req, deadline: float | None) -> bool:
     """Poll `req` until it completes (True) or the monotonic `deadline` passes (False)."""
     nap = 0.0
     while not req.Test():
@@ -52,7 +53,7 @@ class Communicator:
     counted in `stats["native_calls"]`.
     """
 
-    def __init__(self, mpi_comm: MPI.Comm, *, ranks_per_domain: int | None = None, topology=None,
+    def __init__(self, comm: MPI.Comm | Runtime, *, ranks_per_domain: int | None = None, topology=None,
                  timeout: float | None = None, world: _daemon.World | None = None, check: str | None = None,
                  deterministic: bool | None = None, accumulate: str | None = None) -> None:
         timeout = environment.get("COLLECTIVES_TIMEOUT") if timeout is None else check_timeout(timeout,
@@ -60,24 +61,26 @@ class Communicator:
         check = check_mode(check)
         deterministic = environment.get("COLLECTIVES_DETERMINISTIC") if deterministic is None else bool(deterministic)
         accumulate = check_accumulate(environment.get("COLLECTIVES_ACCUMULATE") if accumulate is None else accumulate)
-        # Bound the setup: Dup, Split_type and the exchanges below are blocking collectives; an entry barrier with
-        # a deadline first makes sure every rank has entered init (else CollectiveTimeoutError).
-        deadline = None if timeout is None else time.monotonic() + timeout
-        if not _bounded(mpi_comm.Ibarrier(), deadline):
-            raise CollectiveTimeoutError(
-                f"rank {mpi_comm.Get_rank()}: collectives.init did not complete within {timeout} s: not every "
-                "rank of the communicator called collectives.init (a peer may be dead, stuck or late); set "
-                "COLLECTIVES_TIMEOUT or timeout= to wait longer", collective="init", algorithm="native", seq=0,
-                timeout=timeout)
-        comm = mpi_comm.Dup()
-        comm.Set_errhandler(MPI.ERRORS_RETURN)  # MPI errors (a dead peer) come back as exceptions
-        if MPI.COMM_WORLD.Get_size() == 1:
-            warn_if_alone(1)
-        self.domains = find_domains(comm, ranks_per_domain)
-        host = discover(comm)
+        if isinstance(comm, Runtime):  # a runtime of another kind (collectives.torch: no MPI launcher)
+            runtime = comm
+        else:
+            # Bound the setup: Dup, Split_type and the exchanges below are blocking collectives; an entry barrier
+            # with a deadline first makes sure every rank has entered init (else CollectiveTimeoutError).
+            deadline = None if timeout is None else time.monotonic() + timeout
+            if not _bounded(comm.Ibarrier(), deadline):
+                raise CollectiveTimeoutError(
+                    f"rank {comm.Get_rank()}: collectives.init did not complete within {timeout} s: not every rank "
+                    "of the communicator called collectives.init (a peer may be dead, stuck or late); set "
+                    "COLLECTIVES_TIMEOUT or timeout= to wait longer", collective="init", algorithm="native", seq=0,
+                    timeout=timeout)
+            runtime = MpiRuntime(comm)  # its own duplicate: the library's messages never meet the caller's
+            if MPI.COMM_WORLD.Get_size() == 1:
+                warn_if_alone(1)
+        host, hosts = discover(runtime)
+        self.domains = find_domains(runtime.size, hosts, ranks_per_domain)
         share_kernel_threads(host)
-        arena = _arena.create(comm)
-        self._ctx = ctx = context.Context(comm, host, arena, world, check=check, timeout=timeout,
+        arena = _arena.create(runtime, host.one_host)
+        self._ctx = ctx = context.Context(runtime, host, arena, world, check=check, timeout=timeout,
                                           deterministic=deterministic, accumulate=accumulate, domains=self.domains,
                                           topology=topology)
         self.rank, self.size = ctx.rank, ctx.size
@@ -90,8 +93,16 @@ class Communicator:
     # -- properties -----------------------------------------------------------------------------------------
     @property
     def mpi_comm(self) -> MPI.Comm:
-        """The library's duplicate of the communicator (ranks in the same order as the one passed in)."""
-        return self._ctx.comm
+        """The library's duplicate of the MPI communicator (ranks in the same order as the one passed in)."""
+        comm = getattr(self._ctx.runtime, "comm", None)
+        if comm is None:
+            raise AttributeError(f"this communicator runs on {self._ctx.runtime.name}, not on an MPI communicator")
+        return comm
+
+    @property
+    def runtime(self) -> Runtime:
+        """What the communicator runs on (transport.runtime: MPI, or torch's store and gloo)."""
+        return self._ctx.runtime
 
     @property
     def host(self):
@@ -444,11 +455,11 @@ class Communicator:
                 # freeing windows and the communicator is collective: only when every rank is here to do it (a
                 # peer that died after its last call would leave this rank blocked in MPI_Win_free)
                 limit = min(ctx.timeout or 10.0, 10.0) if timeout is None else timeout
-                if _bounded(ctx.comm.Ibarrier(), time.monotonic() + limit):
+                if _bounded(ctx.runtime.ibarrier(), time.monotonic() + limit):
                     if ctx.arena is not None:
                         ctx.arena.free()
-                    ctx.p2p.Free()
-                    ctx.comm.Free()
+                    ctx.p2p.free()
+                    ctx.runtime.free()
                 else:
                     ctx.fail(CollectiveTimeoutError(
                         f"rank {self.rank}: not every rank closed the communicator within {limit} s (a peer may have "
@@ -478,7 +489,7 @@ def exchange_counts(ctx, sends: tuple[int, ...], recvs: tuple[int, ...], dtype: 
     what = f"{dtype_name(dtype)} {algorithm} {sorted(params.items())!r}"
     mine = np.array([seq, _code(what), *sends, *recvs], np.int64)
     allv = np.empty((p, mine.size), np.int64)
-    req = ctx.comm.Iallgather(mine, allv)
+    req = ctx.runtime.iallgather(mine, allv)
     limit = ctx.timeout if timeout is None else timeout
     if not _bounded(req, None if limit is None else time.monotonic() + limit):
         err = CollectiveTimeoutError(

@@ -9,8 +9,6 @@ import atexit
 import sys
 import weakref
 
-from mpi4py import MPI
-
 from .. import environment
 from ..errors import CallMismatchError, CommunicatorClosedError
 from . import daemon as _daemon
@@ -22,13 +20,12 @@ from .scratch import ScratchPool
 class Context:
     """One communicator's shared state (plans hold a reference; nothing here is a module global)."""
 
-    def __init__(self, comm: MPI.Comm, host: Host, arena, world, *, check: str, timeout: float | None,
+    def __init__(self, runtime, host: Host, arena, world, *, check: str, timeout: float | None,
                  deterministic: bool, accumulate: str | None, domains: list[list[int]], topology=None) -> None:
-        self.comm = comm
-        self.p2p = comm.Dup()  # point-to-point messages (p2p.py): user tags never meet the schedules' tags
-        self.p2p.Set_errhandler(MPI.ERRORS_RETURN)
-        self.rank = comm.Get_rank()
-        self.size = comm.Get_size()
+        self.runtime = runtime  # runtime.py: MPI, or torch's store and gloo
+        self.p2p = runtime.duplicate()  # point-to-point messages (p2p.py): user tags never meet the schedules'
+        self.rank = runtime.rank
+        self.size = runtime.size
         self.host = host
         self.arena = arena  # shm.arena.Arena, or None when the ranks do not all share this host
         self.world = world  # daemon.World when this communicator owns switch daemons, else None
@@ -47,7 +44,7 @@ class Context:
         self.closed = False
         self.ok = True  # neither failed nor closed
         self.fast = True  # ok, and no call in flight: a blocking call may bypass the queue (kept by CallQueue)
-        self.pending_orders: list[MPI.Request] = []  # orders to switch daemons still being sent
+        self.pending_orders: list = []  # orders to switch daemons still being sent (MPI requests)
 
     @property
     def topology(self):

@@ -36,6 +36,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import environment
+from .runtime import MpiRuntime
 
 APP, DAEMON = 0, 1
 ORDER_TAG = 7
@@ -53,7 +54,7 @@ class World:
     role: int
     roles: tuple[int, ...]
     local: MPI.Comm  # the processes of this role, in world order
-    fabric: MPI.Comm | None  # COMM_WORLD dup for schedule messages (only when daemons exist)
+    fabric: MpiRuntime | None  # over a COMM_WORLD dup: schedule messages (only when daemons exist)
     control: MPI.Comm | None  # COMM_WORLD dup for orders
     serving: bool  # daemons are up and not yet stopped
 
@@ -101,7 +102,7 @@ def split_world(role: int, timeout: float | None = None) -> World:
         local = world.Split(role, world.Get_rank())
         fabric = control = None
         if DAEMON in roles:
-            fabric, control = world.Dup(), world.Dup()
+            fabric, control = MpiRuntime(world), world.Dup()
         _world = World(role, roles, local, fabric, control, DAEMON in roles)
     elif _world.role != role:
         raise RuntimeError("this process already joined the world handshake in another role")
@@ -170,13 +171,13 @@ def serve(world: World, timeout: float | None = None) -> int:
     from .. import algorithms  # noqa: F401  (registers the built-in algorithms)
     from ..kernels._dtypes import SUPPORTED_DTYPES, dtype_name
     from ..registry import build
-    from .messages import Execution, ProcPlan, tag_base, tag_upper_bound
+    from .messages import Execution, ProcPlan, tag_base
     from .placement import daemon_placement
     from .progress import wait_until
 
     dtypes = {dtype_name(d): d for d in SUPPORTED_DTYPES}
-    me = world.fabric.Get_rank()
-    tag_ub = tag_upper_bound()
+    me = world.fabric.rank
+    tag_ub = world.fabric.tag_upper_bound
     plans: OrderedDict = OrderedDict()
     served = 0
     if timeout is None:

@@ -15,17 +15,14 @@ round: for a timeout report) and `cancel()`.
 from __future__ import annotations
 
 import numpy as np
-from mpi4py import MPI
 
 from ..reduction import finalize
 from ..schedule.collective import REDUCING
 from . import daemon as _daemon
-from .messages import Execution, ProcPlan, tag_base, tag_upper_bound
+from .messages import Execution, ProcPlan, tag_base
 from .placement import daemon_placement, leader_placement
 from .shm import executor as _shm
 from .shm.program import DONE, MISMATCH, WAITING
-
-_MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
 
 
 class ShmExecutor:
@@ -68,11 +65,11 @@ class MessageExecutor:
         if self.daemons:
             w = ctx.world
             placement = daemon_placement(p, schedule.num_nodes, w.app_procs, w.daemon_procs)
-            self.proc, self.carrier = w.fabric.Get_rank(), w.fabric
+            self.proc, self.carrier = w.fabric.rank, w.fabric
         else:
-            placement, self.proc, self.carrier = leader_placement(p, schedule.num_nodes), ctx.rank, ctx.comm
+            placement, self.proc, self.carrier = leader_placement(p, schedule.num_nodes), ctx.rank, ctx.runtime
         self.plan = ProcPlan.build(schedule, placement, self.proc)
-        self.tag_ub = tag_upper_bound()
+        self.tag_ub = self.carrier.tag_upper_bound
         self.order = ("run", schedule.collective, choice.algorithm, schedule.count, dtype, root, kernel_op, params,
                       ctx.topology if schedule.topology is not None else None, p)
         self.run: Execution | None = None
@@ -115,50 +112,48 @@ class MessageExecutor:
 
 
 class NativeExecutor:
-    """MPI's own collective, posted nonblocking on the call's buffers (MPI matches nonblocking collectives by
-    order, so a rank whose call is queued behind an asynchronous one still matches its peers)."""
+    """The runtime's own collective (MPI's), posted nonblocking on the call's buffers (MPI matches nonblocking
+    collectives by order, so a rank whose call is queued behind an asynchronous one still matches its peers)."""
 
     folds_agreement = False
 
     def __init__(self, ctx, collective: str, kernel_op: str, root: int | None) -> None:
-        self.comm, self.collective, self.root, self.rank, self.p = ctx.comm, collective, root, ctx.rank, ctx.size
-        self.mpi_op = _MPI_OPS[kernel_op]
-        self.req: MPI.Request | None = None
+        self.native, self.collective, self.root, self.rank, self.p = ctx.runtime.native, collective, root, \
+            ctx.rank, ctx.size
+        self.op = kernel_op
+        self.req = None
         self.completed = 0
 
     def launch(self, plan, x: np.ndarray, out, seq: int):
         """Post the call; returns the array the call will return (None off a reduce's root)."""
-        c, op, root, coll = self.comm, self.mpi_op, self.root, self.collective
+        n, op, root, coll = self.native, self.op, self.root, self.collective
         res = plan.output(x, out)  # x is contiguous (plans.Plan.submit); out=x means in place
         if coll == "allreduce":
-            self.req = c.Iallreduce(MPI.IN_PLACE if res is x else x, res, op)
+            self.req = n.allreduce(n.IN_PLACE if res is x else x, res, op)
         elif coll == "reduce":
             if self.rank == root:
-                self.req = c.Ireduce(MPI.IN_PLACE if res is x else x, res, op, root)
+                self.req = n.reduce(n.IN_PLACE if res is x else x, res, op, root)
             else:
-                self.req = c.Ireduce(x, None, op, root)
+                self.req = n.reduce(x, None, op, root)
         elif coll == "broadcast":
-            self.req = c.Ibcast(x, root)
+            self.req = n.broadcast(x, root)
         elif coll == "reduce_scatter":
-            self.req = c.Ireduce_scatter_block(x, res, op) if res.size else c.Ibarrier()
+            self.req = n.reduce_scatter(x, res, op)
         elif coll == "allgather":
-            self.req = c.Iallgather(x, res) if x.size else c.Ibarrier()
+            self.req = n.allgather(x, res)
         elif coll == "alltoall":
-            self.req = c.Ialltoall(x, res) if x.size else c.Ibarrier()
+            self.req = n.alltoall(x, res)
         elif coll == "alltoallv":
             counts, r = plan.counts, self.rank
-            send, recv = counts[r, :], counts[:, r]
-            sdispl = np.concatenate(([0], np.cumsum(send)[:-1]))
-            rdispl = np.concatenate(([0], np.cumsum(recv)[:-1]))
-            self.req = c.Ialltoallv([x, (send, sdispl)], [res, (recv, rdispl)])
+            self.req = n.alltoallv(x, counts[r, :], res, counts[:, r])
         elif coll == "gather":
-            self.req = c.Igather(x, res, root)
+            self.req = n.gather(x, res, root)
         elif coll == "scatter":
-            self.req = c.Iscatter(x if self.rank == root else None, res, root)
+            self.req = n.scatter(x if self.rank == root else None, res, root)
         elif coll == "barrier":
-            self.req = c.Ibarrier()
+            self.req = n.barrier()
         else:
-            raise ValueError(f"MPI's own {coll} is not available here")
+            raise ValueError(f"the runtime's own {coll} is not available here")
         return res
 
     def finish_native(self, plan, res):

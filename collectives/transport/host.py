@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from mpi4py import MPI
+import numpy as np
 
 from .. import environment, kernels
 
@@ -46,18 +46,47 @@ class Host:
         return max(1, self.cores // self.ranks_per_host)
 
 
-def discover(comm: MPI.Comm) -> Host:
-    """The host facts of `comm` (collective over comm)."""
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
-    try:
-        cpus = set().union(*local.allgather(sorted(own_cpus())))
-        here = local.Get_size()
-        first = int(local.Get_rank() == 0)
-    finally:
-        local.Free()
-    most, fewest, hosts = comm.allreduce(here, op=MPI.MAX), comm.allreduce(len(cpus), op=MPI.MIN), \
-        comm.allreduce(first, op=MPI.SUM)
-    return Host(most, fewest, most == comm.Get_size(), hosts)
+_CPU_MASK = 4096  # CPUs whose affinity a rank reports (bits of one row of the exchange)
+
+
+def discover(runtime) -> tuple[Host, list[list[int]]]:
+    """The host facts of the runtime's ranks and their hosts as lists of ranks, in order of their lowest rank
+    (collective: one exchange of (host leader, CPU affinity) rows)."""
+    here = runtime.host_ranks()
+    mask = np.zeros(_CPU_MASK // 8, np.uint8)
+    for cpu in own_cpus():
+        if cpu < _CPU_MASK:
+            mask[cpu // 8] |= 1 << (cpu % 8)
+    row = np.concatenate((np.array([min(here)], np.int64).view(np.uint8), mask))
+    rows = np.empty((runtime.size, row.size), np.uint8)
+    wait(runtime.iallgather(row, rows))
+    leaders = rows[:, :8].copy().view(np.int64).ravel()
+    hosts: dict[int, list[int]] = {}
+    for r, lead in enumerate(leaders.tolist()):
+        hosts.setdefault(lead, []).append(r)
+    cores = []
+    for members in hosts.values():
+        union = np.bitwise_or.reduce(rows[members, 8:], axis=0)
+        cores.append(int(np.unpackbits(union).sum()))
+    most = max(len(m) for m in hosts.values())
+    host = Host(most, max(1, min(cores)), len(hosts) == 1, len(hosts))
+    return host, [hosts[k] for k in sorted(hosts)]
+
+
+def wait(req, timeout: float | None = None) -> None:
+    """Wait for a setup request (bounded by COLLECTIVES_TIMEOUT: a missing peer raises, never hangs)."""
+    import time
+
+    limit = environment.get("COLLECTIVES_TIMEOUT") if timeout is None else timeout
+    deadline = None if limit is None else time.monotonic() + limit
+    nap = 0.0
+    while not req.Test():
+        if deadline is not None and time.monotonic() > deadline:
+            from ..errors import CollectiveTimeoutError
+            raise CollectiveTimeoutError(f"the ranks' setup exchange did not complete within {limit} s (a rank may "
+                                         "be dead, stuck or late)", collective="init", timeout=limit)
+        nap = min(1e-3, nap * 2 or 1e-6)
+        time.sleep(nap)
 
 
 # what MPI launchers put in every process's environment: MPICH's and Intel MPI's hydra (PMI_*), Open MPI
@@ -90,4 +119,4 @@ def share_kernel_threads(host: Host) -> None:
         kernels.set_threads(max(1, min(kernels.get_threads(), host.kernel_threads)))
 
 
-__all__ = ["Host", "LAUNCHER_VARIABLES", "discover", "own_cpus", "share_kernel_threads", "warn_if_alone"]
+__all__ = ["Host", "LAUNCHER_VARIABLES", "discover", "own_cpus", "share_kernel_threads", "wait", "warn_if_alone"]

@@ -27,7 +27,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from mpi4py import MPI
 
 from ..execution import land_receives
 from ..schedule import Op, OpKind, Schedule
@@ -128,13 +127,6 @@ def _groups(sends: list, recvs: list) -> list[_Group]:
     return groups
 
 
-def tag_upper_bound() -> int:
-    """The largest tag MPI allows. Read from MPI_COMM_WORLD, where every MPI sets it (Open MPI leaves the
-    attribute unset on duplicated communicators); 32767 is the least the standard guarantees."""
-    value = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB)
-    return int(value) if value else 32767
-
-
 def tag_base(seq: int, slots: int, tag_ub: int) -> int:
     """First tag of call `seq` whose placement has `slots` slots (see the module docstring)."""
     return (seq % ((tag_ub + 1) // (slots * slots))) * slots * slots
@@ -146,10 +138,10 @@ class Execution:
     `works[k]` is the work buffer of plan.nodes[k] (rank nodes: the caller's; switch nodes: zeros).
     """
 
-    def __init__(self, plan: ProcPlan, comm: MPI.Comm, works: list[np.ndarray], kernel_op: str, seq: int,
+    def __init__(self, plan: ProcPlan, runtime, works: list[np.ndarray], kernel_op: str, seq: int,
                  tag_base: int) -> None:
         self.plan = plan
-        self.comm = comm
+        self.runtime = runtime
         self.works = works
         self.bytes = [w.view(np.uint8) for w in works]
         self.itemsize = works[0].dtype.itemsize if works else 1
@@ -160,7 +152,7 @@ class Execution:
         self.posted = False
         self.last_completed = -1
         self.scratch = plan.scratch(works[0].dtype) if works and plan.scratch_elements else None
-        self._reqs: list[MPI.Request] = []
+        self._reqs: list = []
         self.events = 0  # completed requests so far: lets a waiter tell progress from idling
 
     @property
@@ -178,12 +170,12 @@ class Execution:
             for o, peer, pair, off, _ in nr.recvs:
                 view = self.scratch[off:off + o.length]
                 got.append(view)
-                recv_reqs.append(self.comm.Irecv([view.view(np.uint8), MPI.BYTE], peer, tag0 + pair))
+                recv_reqs.append(self.runtime.irecv(view.view(np.uint8), peer, tag0 + pair))
             payloads.append(got)
         for nr in entries:
             src = self.bytes[nr.work_key]
             for peer, pair, a, b, _, _ in nr.sends:
-                send_reqs.append(self.comm.Isend([src[a * isz:b * isz], MPI.BYTE], peer, tag0 + pair))
+                send_reqs.append(self.runtime.isend(src[a * isz:b * isz], peer, tag0 + pair))
         self._payloads = payloads
         self._reqs = recv_reqs + send_reqs
         self._nrecv = len(recv_reqs)
@@ -220,7 +212,7 @@ class Execution:
             if not self.posted:
                 self._post()
             if self._reqs:
-                finished = MPI.Request.Testsome(self._reqs)
+                finished = self.runtime.testsome(self._reqs)
                 if finished:
                     self.events += len(finished)
                     for i in finished:
@@ -263,11 +255,11 @@ class Execution:
 
     def cancel(self) -> None:
         for r in self._reqs:
-            if r != MPI.REQUEST_NULL:
+            if r is not None and r:  # None or an inactive MPI request: nothing to cancel
                 try:
                     r.Cancel()
-                except MPI.Exception:
+                except Exception:  # noqa: BLE001 - a request of a failed peer: nothing more to do
                     pass
 
 
-__all__ = ["Execution", "ProcPlan", "tag_base", "tag_upper_bound"]
+__all__ = ["Execution", "ProcPlan", "tag_base"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from mpi4py import MPI
 
 from ..errors import CollectiveTimeoutError, PeerFailedError
 from .calls import check_timeout
@@ -21,18 +20,17 @@ class PointToPoint:
     """Handle of one send or receive (`isend`/`irecv`): `wait(timeout)`, `test()`, and for a receive `source`
     and `tag` once complete."""
 
-    def __init__(self, ctx, req: MPI.Request, kind: str, peer, tag, buf: np.ndarray, status: MPI.Status) -> None:
+    def __init__(self, ctx, req, kind: str, peer, tag, buf: np.ndarray) -> None:
         self._ctx, self._req, self.kind, self._peer, self._tag = ctx, req, kind, peer, tag
         self.buffer = buf
-        self._status = status
         self.done = False
 
     def test(self) -> bool:
         if not self.done:
             try:
-                self.done = bool(self._req.Test(self._status))
-            except MPI.Exception as exc:
-                if exc.Get_error_class() == MPI.ERR_TRUNCATE:
+                self.done = bool(self._req.Test())
+            except self._ctx.p2p.failure as exc:
+                if self._ctx.p2p.truncated(exc):
                     self.done = True
                     raise ValueError(f"rank {self._ctx.rank}: recv: the message is larger than the buffer of "
                                      f"{self.buffer.nbytes} bytes; pass a buffer as large as what is sent") from None
@@ -61,15 +59,15 @@ class PointToPoint:
     @property
     def source(self) -> int:
         """The rank a completed receive came from."""
-        return self._status.Get_source() if self.kind == "recv" else self._ctx.rank
+        return self._req.source() if self.kind == "recv" else self._ctx.rank
 
     @property
     def tag(self) -> int:
         """The tag of a completed receive."""
-        return self._status.Get_tag() if self.kind == "recv" else int(self._tag)
+        return self._req.tag() if self.kind == "recv" else int(self._tag)
 
-    def _failed(self, exc: MPI.Exception) -> PeerFailedError:
-        err = PeerFailedError(f"rank {self._ctx.rank}: {self.kind} failed: {exc.Get_error_string()}",
+    def _failed(self, exc: BaseException) -> PeerFailedError:
+        err = PeerFailedError(f"rank {self._ctx.rank}: {self.kind} failed: {exc}",
                               collective=self.kind, peers=() if self._peer is None else (self._peer,))
         self._ctx.fail(err)
         return err
@@ -80,14 +78,14 @@ def _check(ctx, x, peer, tag, what: str, any_allowed: bool) -> tuple[np.ndarray,
     if not isinstance(x, np.ndarray) or not x.flags.c_contiguous:
         raise TypeError(f"{what} needs a C-contiguous numpy.ndarray, got {type(x).__name__}")
     if peer is None and any_allowed:
-        src = MPI.ANY_SOURCE
+        src = None
     elif isinstance(peer, (int, np.integer)) and not isinstance(peer, bool) and 0 <= peer < ctx.size:
         src = int(peer)
     else:
         valid = f"an integer in [0, {ctx.size})" + (" or None (any source)" if any_allowed else "")
         raise ValueError(f"{what}: the peer must be {valid}, got {peer!r}")
     if tag is None and any_allowed:
-        t = MPI.ANY_TAG
+        t = None
     elif isinstance(tag, (int, np.integer)) and not isinstance(tag, bool) and 0 <= tag <= 32767:
         t = int(tag)
     else:
@@ -98,17 +96,16 @@ def _check(ctx, x, peer, tag, what: str, any_allowed: bool) -> tuple[np.ndarray,
 
 def isend(ctx, x: np.ndarray, dest: int, tag: int = 0) -> PointToPoint:
     x, dest, tag = _check(ctx, x, dest, tag, "send", any_allowed=False)
-    req = ctx.p2p.Isend(x.reshape(-1).view(np.uint8), dest, tag)
-    return PointToPoint(ctx, req, "send", dest, tag, x, MPI.Status())
+    req = ctx.p2p.isend(x.reshape(-1).view(np.uint8), dest, tag)
+    return PointToPoint(ctx, req, "send", dest, tag, x)
 
 
 def irecv(ctx, out: np.ndarray, source: int | None = None, tag: int | None = None) -> PointToPoint:
     if isinstance(out, np.ndarray) and not out.flags.writeable:
         raise ValueError("recv: the buffer is read-only; pass a writeable array")
     out, src, t = _check(ctx, out, source, tag, "recv", any_allowed=True)
-    status = MPI.Status()
-    req = ctx.p2p.Irecv(out.reshape(-1).view(np.uint8), src, t)
-    return PointToPoint(ctx, req, "recv", source, tag, out, status)
+    req = ctx.p2p.irecv_any(out.reshape(-1).view(np.uint8), src, t)
+    return PointToPoint(ctx, req, "recv", source, tag, out)
 
 
 __all__ = ["PointToPoint", "irecv", "isend"]

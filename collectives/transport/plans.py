@@ -19,7 +19,6 @@ import hashlib
 import time
 
 import numpy as np
-from mpi4py import MPI
 
 from .. import registry
 from ..errors import CallMismatchError, CollectiveTimeoutError
@@ -89,7 +88,9 @@ class Plan:
         self.finalizing = op == "avg" and collective in REDUCING and self.producing
         self._kind = _GENERAL if self.general else _IN_SCRATCH if self.scratch is not None else \
             _BROADCAST if collective == "broadcast" else _GATHER if collective == "allgather" else _IN_WORK
-        self._x = self._out = None  # the buffers of the last call through run(), accepted by the quick check
+        # the buffers of the last call through run(), accepted by the quick check (held: a caller's array stays
+        # alive until the next call of this signature, or until the plan is dropped)
+        self._x = self._out = None
         self.direct = isinstance(self.executor, (NativeExecutor, LocalExecutor))  # run() without the queue
 
     # -- building ------------------------------------------------------------------------------------------
@@ -154,7 +155,7 @@ class Plan:
         first agrees this call (the same signature means the same need on every rank)."""
         ctx = self.ctx
         seq = ctx.seq + 1  # the call this plan is built for (it is issued next)
-        agreement = HostAgreement(ctx.comm, ctx.arena, CallMeta.of(seq, self.signature), self.digest)
+        agreement = HostAgreement(ctx.runtime, ctx.arena, CallMeta.of(seq, self.signature), self.digest)
         limit = ctx.timeout if timeout is None else timeout
         deadline = None if limit is None else time.monotonic() + limit
         nap = 0.0
@@ -244,7 +245,7 @@ class Plan:
             if not calls.buffers_fit(x, out, self.mode, self.out_count):
                 return self.submit(x, out, False, timeout)
             self._x, self._out = x, out
-        elif self.mode == calls.SEPARATE and not out.flags.writeable:  # the one flag a caller can change
+        elif self.mode != calls.NEW and not out.flags.writeable:  # the one flag a caller can change
             return self.submit(x, out, False, timeout)
         kind = self._kind
         if kind == _GENERAL:  # alltoall; a schedule with its own layout
@@ -293,7 +294,7 @@ class Plan:
         except CallMismatchError as exc:
             ctx.note_mismatch(exc)
             raise
-        except MPI.Exception as exc:
+        except ctx.runtime.failure as exc:
             raise ctx.queue.peer_failed(launch, exc) from exc
         ctx.queue.submit(launch, False, timeout)  # the bounded wait, with the full timeout report
         return launch.result
@@ -316,8 +317,8 @@ class Plan:
             return None
         ctx, meta = self.ctx, CallMeta.of(seq, self.signature)
         if ctx.arena is not None:
-            return HostAgreement(ctx.comm, ctx.arena, meta, self.digest)
-        return Agreement(ctx.comm, meta, self.rank)
+            return HostAgreement(ctx.runtime, ctx.arena, meta, self.digest)
+        return Agreement(ctx.runtime, meta, self.rank)
 
 
 class Launch:
@@ -378,7 +379,7 @@ class Launch:
                 return False
             self.result = self._finish()
             if plan.full_check and isinstance(self.result, np.ndarray):
-                self._post = ResultCheck(plan.ctx.comm, self.result, self.seq, plan.collective, plan.rank)
+                self._post = ResultCheck(plan.ctx.runtime, self.result, self.seq, plan.collective, plan.rank)
             self._state, self.stage = "post", "result check"
         if self._post is not None:
             return self._post.test()
@@ -417,7 +418,7 @@ class Launch:
     def _mismatch(self) -> bool:
         plan = self.plan
         ctx = plan.ctx
-        self._report = MismatchReport(ctx.comm, CallMeta.of(self.seq, plan.signature), plan.rank, ctx.arena)
+        self._report = MismatchReport(ctx.runtime, CallMeta.of(self.seq, plan.signature), plan.rank, ctx.arena)
         return self._report.test()
 
 

@@ -16,8 +16,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from mpi4py import MPI
-
 from ..errors import CallMismatchError, CollectivesError, CollectiveTimeoutError, PeerFailedError
 from .calls import check_timeout
 
@@ -55,6 +53,11 @@ def ranks_text(ranks) -> str:
     if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)):
         return f"ranks {ranks[0]}-{ranks[-1]}"
     return "ranks " + ", ".join(map(str, ranks))
+
+
+def _text(exc: BaseException) -> str:
+    get = getattr(exc, "Get_error_string", None)  # an MPI error says more through its error string
+    return get() if get is not None else str(exc)
 
 
 class Work:
@@ -128,7 +131,7 @@ class CallQueue:
             except CallMismatchError as exc:
                 self.ctx.note_mismatch(exc)
                 head.error = exc
-            except MPI.Exception as exc:
+            except self.ctx.runtime.failure as exc:
                 raise self.peer_failed(head, exc) from exc
             except CollectivesError as exc:  # the full check found different results
                 head.error = exc
@@ -168,13 +171,13 @@ class CallQueue:
         for launch in self.launches:
             launch.cancel()
 
-    def peer_failed(self, head, exc: MPI.Exception) -> PeerFailedError:
+    def peer_failed(self, head, exc: BaseException) -> PeerFailedError:
         peers = head.where()[2]
         labels = self.ctx.peer_labels(peers) if peers else "a peer (the MPI error names no rank; the call was " \
             "in its agreement or MPI's own collective)"
         err = PeerFailedError(
             f"rank {self.ctx.rank}: {head.plan.collective} #{head.seq} (algorithm {head.plan.choice.algorithm}) "
-            f"failed: MPI reported an error while communicating with {labels}: {exc.Get_error_string()}. The peer "
+            f"failed: the runtime reported an error while communicating with {labels}: {_text(exc)}. The peer "
             "has probably died; this communicator is unusable", collective=head.plan.collective, seq=head.seq,
             peers=peers)
         self.ctx.fail(err)

@@ -1,26 +1,23 @@
-"""The arena: a communicator's MPI-3 shared windows when all its ranks share one host.
+"""The arena: a communicator's shared memory when all its ranks share one host.
 
-Two windows over the host communicator (`Split_type(COMM_TYPE_SHARED)`; `Shared_query` maps every peer's part):
+Two kinds of segment over the host's ranks (the runtime's `shared_segments`: MPI-3 shared windows under MPI,
+POSIX shared memory without an MPI launcher), each mapped by every rank:
 
-* the control window: per rank one control block of `CTRL_WORDS` int64 (csrc/plan.h, `coll_ctrl_word`): its
-  `done` counter, two signature slots (call number, signature hash) and a poison word in one cache line, its
-  `read` counter in the next. The counters carry the plan runner's progress; the signature slots carry the
-  call agreement (every rank writes what it is calling, every rank compares with every peer before its call
-  returns), so on one host the agreement costs no extra synchronisation;
+* the control blocks: per rank `CTRL_WORDS` int64 (csrc/plan.h, `coll_ctrl_word`): its `done` counter, two
+  signature slots (call number, signature hash) and a poison word in one cache line, its `read` counter in the
+  next. The counters carry the plan runner's progress; the signature slots carry the call agreement (every rank
+  writes what it is calling, every rank compares with every peer before its call returns), so on one host the
+  agreement costs no extra synchronisation;
 * the data windows: per rank a *mirror* of the ranges its peers read (see plan.py), grown collectively
   (doubling) when a call needs more.
 
 Created once per communicator, at `collectives.init`, when every rank of the communicator is on this host and
-COLLECTIVES_SHM is on (collective over the communicator). On weakly ordered CPUs without the C extension, the
-Python side fences counter accesses with `MPI_Win_sync`.
+COLLECTIVES_SHM is on (collective over the communicator).
 """
 
 from __future__ import annotations
 
-import platform
-
 import numpy as np
-from mpi4py import MPI
 
 from ... import environment
 
@@ -31,7 +28,6 @@ except ImportError:  # no C extension: numpy stores and loads (fenced where the 
 
 # csrc/plan.h: enum coll_ctrl_word
 DONE, SIG_SEQ, SIG_HASH, POISON, READ, CTRL_WORDS = 0, 1, 2, 5, 8, 16
-_FENCE = platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686", "x86")
 MATCH, NOT_STARTED, MISMATCH, POISONED = 1, 0, -1, -2
 
 
@@ -43,27 +39,23 @@ def enabled() -> bool:
 class Arena:
     """Control and data windows of one communicator whose ranks all share this host."""
 
-    def __init__(self, local: MPI.Comm) -> None:
-        """`local`: the communicator's ranks on this host, all of them (the caller checked), in rank order."""
-        self.local = local
-        self.rank = local.Get_rank()
-        self.size = local.Get_size()
-        itemsize = np.dtype(np.int64).itemsize
-        self.ctrl_win = MPI.Win.Allocate_shared(CTRL_WORDS * itemsize, itemsize, comm=local)
-        if _FENCE:
-            self.ctrl_win.Lock_all()
-        self.ctrl = [np.frombuffer(self.ctrl_win.Shared_query(q)[0], dtype=np.int64, count=CTRL_WORDS)
-                     for q in range(self.size)]
+    def __init__(self, runtime) -> None:
+        """`runtime`: the communicator's runtime, every rank of which is on this host (the caller checked)."""
+        self.runtime = runtime
+        self.rank = runtime.rank
+        self.size = runtime.size
+        self.ctrl_segments = runtime.shared_segments(CTRL_WORDS * 8)
+        self.ctrl = [v.view(np.int64) for v in self.ctrl_segments.views]
         self.ctrl[self.rank][:] = 0
         self.ctrl[self.rank][SIG_SEQ] = self.ctrl[self.rank][SIG_SEQ + 2] = -1  # no call signed yet
-        self.data: MPI.Win | None = None
+        self.data = None  # the data segments, once a call needs them
         self.capacity = 0
         self.generation = 0  # bumped whenever the data windows are replaced (runners rebind their pointers)
         self.views: list[np.ndarray] = []
         self._typed: dict = {}
         self._c_ctrl = None
         self._c_windows = None
-        local.Barrier()
+        self.sync()
 
     # -- data windows -------------------------------------------------------------------------------------
     def grow(self, nbytes: int) -> None:
@@ -73,15 +65,9 @@ class Arena:
             cap *= 2
         self.views, self._typed, self._c_windows = [], {}, None
         if self.data is not None:
-            self.data.Free()
-        info = MPI.Info.Create()
-        info.Set("alloc_shared_noncontig", "true")
-        try:
-            self.data = MPI.Win.Allocate_shared(cap, 1, info, comm=self.local)
-        finally:
-            info.Free()
-        self.views = [np.frombuffer(self.data.Shared_query(q)[0], dtype=np.uint8, count=cap)
-                      for q in range(self.size)]
+            self.data.free()
+        self.data = self.runtime.shared_segments(cap)
+        self.views = self.data.views
         self.capacity = cap
         self.generation += 1
 
@@ -114,8 +100,17 @@ class Arena:
 
     # -- counters and the call agreement, from Python ------------------------------------------------------
     def fence(self) -> None:
-        if _FENCE:
-            self.ctrl_win.Sync()
+        self.ctrl_segments.sync()
+
+    def sync(self) -> None:
+        """A barrier of the host's ranks, bounded (setup only: a call never waits on one)."""
+        import time
+
+        req, deadline = self.runtime.ibarrier(), time.monotonic() + (environment.get("COLLECTIVES_TIMEOUT") or 1e9)
+        while not req.Test():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the host's ranks did not all create the shared-memory arena in time")
+            time.sleep(1e-5)
 
     def counter(self, q: int, which: int) -> int:
         self.fence()
@@ -171,24 +166,22 @@ class Arena:
 
     def free(self) -> None:
         if self.data is not None:
-            self.data.Free()
+            self.data.free()
             self.data = None
-        if _FENCE:
-            self.ctrl_win.Unlock_all()
-        self.ctrl_win.Free()
-        self.local.Free()
+        self.ctrl_segments.free()
 
 
-def create(comm: MPI.Comm) -> Arena | None:
-    """The arena of `comm` (collective over comm), or None when shared memory cannot serve it: not every rank
-    on this host, or COLLECTIVES_SHM=0 (the answer is the same on every rank)."""
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
-    everyone_here = local.Get_size() == comm.Get_size()
-    usable = comm.allreduce(int(everyone_here and enabled()), op=MPI.MIN)
-    if not usable:
-        local.Free()
-        return None
-    return Arena(local)
+def create(runtime, one_host: bool) -> Arena | None:
+    """The arena of the runtime's ranks (collective), or None when shared memory cannot serve them: not every
+    rank on this host (`one_host`, agreed by every rank), or COLLECTIVES_SHM=0 on any rank."""
+    import time
+
+    want = np.array([int(one_host and enabled())], np.int64)
+    agreed = np.zeros(1, np.int64)
+    req = runtime.iallreduce(want, agreed, "min")
+    while not req.Test():
+        time.sleep(1e-6)
+    return Arena(runtime) if agreed[0] else None
 
 
 __all__ = ["Arena", "CTRL_WORDS", "DONE", "MATCH", "MISMATCH", "NOT_STARTED", "POISONED", "READ", "create",

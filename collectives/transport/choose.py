@@ -20,6 +20,7 @@ DETERMINISTIC_REASON = ("deterministic=True: 'direct' folds every element once, 
 # what auto runs when no measured decision covers a collective (no table for it)
 FALLBACK = {"allreduce": "ring", "reduce_scatter": "ring", "allgather": "ring", "broadcast": "binomial",
             "reduce": "binomial", "alltoall": "pairwise", "alltoallv": "native"}
+_NOT_NATIVE = {**FALLBACK, "alltoallv": "native"}  # alltoallv: only the runtime's own, at any size
 
 
 @dataclass(frozen=True)
@@ -34,12 +35,20 @@ def native_supports(dtype: np.dtype) -> bool:
     return np.dtype(dtype) != BFLOAT16
 
 
-def requested(collective: str, algorithm: str, dtype: np.dtype, params: dict) -> Choice:
+def native_refusal(collective: str, dtype: np.dtype, runtime=None) -> str | None:
+    """Why the runtime's own collective cannot take `dtype` (None: it can). No runtime: MPI's rule."""
+    if runtime is not None:
+        return runtime.native_refusal(collective, np.dtype(dtype))
+    return None if native_supports(dtype) else "MPI has no bfloat16 type"
+
+
+def requested(collective: str, algorithm: str, dtype: np.dtype, params: dict, runtime=None) -> Choice:
     """An algorithm named by the caller: "native" or a registered one implementing the collective."""
     if algorithm == "native":
-        if not native_supports(dtype):
-            raise TypeError(f"algorithm 'native' (MPI's own {collective}) cannot take bfloat16: MPI has no "
-                            f"bfloat16 type; use algorithm='auto' or one of: {', '.join(registry.names(collective))}")
+        refusal = native_refusal(collective, dtype, runtime)
+        if refusal:
+            raise TypeError(f"algorithm 'native' (the runtime's own {collective}) cannot take {np.dtype(dtype)}: "
+                            f"{refusal}; use algorithm='auto' or one of: {', '.join(registry.names(collective))}")
         if params:
             raise ValueError(f"algorithm 'native' takes no parameters, got {sorted(params)}")
         return Choice("native", {}, "requested")
@@ -63,8 +72,12 @@ def deterministic(collective: str, algorithm: str, params: dict, explicit: bool)
     return Choice("direct", dict(params), DETERMINISTIC_REASON + f" ({where})")
 
 
-def auto(collective: str, nbytes: int, dtype: np.dtype, p: int, host, shared_memory: bool) -> Choice:
-    """auto's pick for each rank's `nbytes` of input (see the module docstring)."""
+def auto(collective: str, nbytes: int, dtype: np.dtype, p: int, host, shared_memory: bool,
+         runtime=None) -> Choice:
+    """auto's pick for each rank's `nbytes` of input (see the module docstring). A runtime whose own collectives
+    are not the MPI ones the decisions measured (`runtime.native_measured` False) never gets them from a decision."""
+    native_measured = runtime is None or runtime.native_measured
+    refusal = native_refusal(collective, dtype, runtime)
     if p == 1:
         return Choice("copy", {}, "world size 1: the output is the input")
     transport = "shm" if shared_memory else "net"
@@ -75,9 +88,12 @@ def auto(collective: str, nbytes: int, dtype: np.dtype, p: int, host, shared_mem
                              path=path)
     if found is not None:
         name, params = found.algorithm, found.params
-        if name == "native" and not native_supports(dtype):
+        if name == "native" and not native_measured:
+            name, params = _NOT_NATIVE[collective], {}
+            why = f"{name} instead of MPI's own collective, which is not this runtime's (measured fastest at "
+        elif name == "native" and refusal:
             name, params = FALLBACK[collective], {}
-            why = f"MPI cannot reduce bfloat16, so {name} instead of MPI's own collective (measured fastest at "
+            why = f"{refusal}, so {name} instead of MPI's own collective (measured fastest at "
         else:
             why = "measured fastest at "
         if name == "native" or (name in registry.names(collective)):
@@ -85,7 +101,7 @@ def auto(collective: str, nbytes: int, dtype: np.dtype, p: int, host, shared_mem
             return Choice(name, dict(params), f"{shown}: {why}{found.span} per rank ({where}; {found.source}); "
                                               f"this call: {nbytes} B")
     name = FALLBACK[collective]
-    if name == "native" and not native_supports(dtype):
+    if name == "native" and refusal:
         name = "pairwise"
     shown = "MPI's own collective" if name == "native" else name
     return Choice(name, {}, f"{shown}: no measured decision covers {collective} ({where}); this call: {nbytes} B")

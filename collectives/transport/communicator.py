@@ -287,9 +287,10 @@ class Communicator:
             if algorithm == "auto":
                 if params:
                     raise ValueError(f"parameters {sorted(params)} need an explicit algorithm, not 'auto'")
-                choice = choose.auto("alltoallv", x.nbytes, x.dtype, p, ctx.host, ctx.arena is not None)
+                choice = choose.auto("alltoallv", x.nbytes, x.dtype, p, ctx.host, ctx.arena is not None,
+                                     ctx.runtime)
             else:
-                choice = choose.requested("alltoallv", algorithm, x.dtype, params)
+                choice = choose.requested("alltoallv", algorithm, x.dtype, params, ctx.runtime)
             plan = Plan(ctx, "alltoallv", x, mode, "sum", "sum", None, algorithm, choice, None, False, False,
                         timeout, counts=counts)
             self._plans[key] = plan
@@ -405,9 +406,9 @@ class Communicator:
                 if params:
                     raise ValueError(f"parameters {sorted(params)} need an explicit algorithm, not 'auto'")
                 choice = choose.auto(collective, x.size * wdtype.itemsize, wdtype, p, ctx.host,
-                                     ctx.arena is not None)
+                                     ctx.arena is not None, ctx.runtime)
             else:
-                choice = choose.requested(collective, algorithm, wdtype, params)  # validated at any world size
+                choice = choose.requested(collective, algorithm, wdtype, params, ctx.runtime)  # validated at any world size
                 if p == 1:
                     choice = choose.Choice("copy", {}, f"world size 1: the output is the input ({algorithm} "
                                                        "needs no communication)")

@@ -23,7 +23,7 @@ class Context:
     def __init__(self, runtime, host: Host, arena, world, *, check: str, timeout: float | None,
                  deterministic: bool, accumulate: str | None, domains: list[list[int]], topology=None) -> None:
         self.runtime = runtime  # runtime.py: MPI, or torch's store and gloo
-        self.p2p = runtime.duplicate()  # point-to-point messages (p2p.py): user tags never meet the schedules'
+        self.p2p = runtime.duplicate(framed=True)  # point-to-point messages (p2p.py): user tags never meet the schedules'
         self.rank = runtime.rank
         self.size = runtime.size
         self.host = host

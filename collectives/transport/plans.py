@@ -296,6 +296,9 @@ class Plan:
             raise
         except ctx.runtime.failure as exc:
             raise ctx.queue.peer_failed(launch, exc) from exc
+        except Exception as exc:  # a local error once issued: the communicator cannot go on (progress.py)
+            ctx.fail(exc)
+            raise
         ctx.queue.submit(launch, False, timeout)  # the bounded wait, with the full timeout report
         return launch.result
 

@@ -135,6 +135,12 @@ class CallQueue:
                 raise self.peer_failed(head, exc) from exc
             except CollectivesError as exc:  # the full check found different results
                 head.error = exc
+            except Exception as exc:
+                # a local error after the call was issued (peers may already be in it): later calls could no
+                # longer match, so the communicator fails; the error is raised as it is
+                self.ctx.fail(exc)
+                self.cancel_all()
+                raise
             head.done = True
             self.completed += 1
             self.launches.popleft()

@@ -47,6 +47,11 @@ class Runtime(ABC):
     failure: type[BaseException]  # what a request raises when a peer failed
     tag_upper_bound: int
     native = None  # the runtime's own collectives (NativeCollectives), or None
+    native_measured = True  # auto's measured decisions (MPI's own collectives) describe `native`
+
+    def native_refusal(self, collective: str, dtype: np.dtype) -> str | None:
+        """Why `native.<collective>` cannot take `dtype` (None: it can)."""
+        return None
 
     # -- small collectives ------------------------------------------------------------------------------
     @abstractmethod
@@ -85,8 +90,10 @@ class Runtime(ABC):
         return False
 
     @abstractmethod
-    def duplicate(self) -> Runtime:
-        """The same ranks with a tag space of their own (collective)."""
+    def duplicate(self, framed: bool = False) -> Runtime:
+        """The same ranks with a tag space of their own (collective). `framed`: its messages may be received into
+        larger buffers and a smaller one must fail cleanly (`truncated`), as point-to-point's do; a runtime that
+        knows every message's size (MPI) needs nothing more for that."""
 
     # -- this host ----------------------------------------------------------------------------------------
     @abstractmethod
@@ -212,6 +219,9 @@ class MpiRuntime(Runtime):
         value = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB)
         self.tag_upper_bound = int(value) if value else 32767
 
+    def native_refusal(self, collective: str, dtype: np.dtype) -> str | None:
+        return "MPI has no bfloat16 type" if dtype.name == "bfloat16" else None
+
     def ibarrier(self):
         return self.comm.Ibarrier()
 
@@ -237,7 +247,7 @@ class MpiRuntime(Runtime):
     def truncated(self, exc: BaseException) -> bool:
         return isinstance(exc, MPI.Exception) and exc.Get_error_class() == MPI.ERR_TRUNCATE
 
-    def duplicate(self) -> MpiRuntime:
+    def duplicate(self, framed: bool = False) -> MpiRuntime:
         return MpiRuntime(self.comm)
 
     def _host(self) -> MPI.Comm:

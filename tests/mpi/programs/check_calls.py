@@ -1,4 +1,6 @@
 """Run under mpiexec -n N: the plan path of every collective against MPI's own collective on the same inputs.
+With `--runtime store`, run under torchrun instead (the store runtime: torch's store, gloo, shared memory) and
+compare against numpy's results over every rank's inputs (each rank regenerates them: they are seeded by rank).
 
 Every collective x MPI-native dtype x op x count (0 included) x output mode (new, separate, in place) through
 auto and MPI's own, and every algorithm that runs without a topology for float32 and int32; results bitwise
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 import numpy as np
 from mpi4py import MPI
@@ -23,13 +26,27 @@ from collectives.kernels._dtypes import BFLOAT16, SUPPORTED_DTYPES
 from collectives.transport import init
 
 NATIVE = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
+FOLD = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}
 COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "alltoall")
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--check", default="metadata")
+ap.add_argument("--runtime", choices=("mpi", "store"), default="mpi")
+ap.add_argument("--quick", action="store_true", help="four dtypes and counts 0, 7, 1000 (a slow path's smoke test)")
 args = ap.parse_args()
-comm = init(check=args.check, timeout=60)
-mpi = comm.mpi_comm
+if args.runtime == "store":
+    import torch.distributed as dist
+
+    from collectives.torch.runtime import StoreRuntime
+
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), int(os.environ["WORLD_SIZE"]),
+                          os.environ["RANK"] == "0")
+    comm = init(StoreRuntime(store, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), timeout=60),
+                check=args.check, timeout=60)
+    mpi = None
+else:
+    comm = init(check=args.check, timeout=60)
+    mpi = comm.mpi_comm
 rank, p = comm.rank, comm.size
 failures: list[str] = []
 cases = 0
@@ -37,17 +54,42 @@ cases = 0
 
 def fail(msg: str) -> None:
     failures.append(f"rank {rank}: {msg}")
+    if os.environ.get("CHECK_CALLS_VERBOSE"):
+        print(f"rank {rank}: {msg}", flush=True)
 
 
-def data(count: int, dtype: np.dtype, salt: int, op: str) -> np.ndarray:
-    rng = np.random.default_rng([rank, salt])
+def data(count: int, dtype: np.dtype, salt: int, op: str, of: int | None = None) -> np.ndarray:
+    rng = np.random.default_rng([rank if of is None else of, salt])
     if op == "prod":
         return rng.integers(1, 3, count).astype(dtype)
     lo = 0 if dtype.kind == "u" else -3
     return rng.integers(lo, 4, count).astype(dtype)  # exact in every dtype: results bitwise
 
 
-def reference(collective: str, x: np.ndarray, op: str, root: int):
+def numpy_reference(collective: str, x: np.ndarray, op: str, root: int, salt: int):
+    """The collective's result from every rank's input, regenerated here (exact: the inputs are small integers)."""
+    inputs = [data(x.size, x.dtype, salt, op, of=q) for q in range(p)]
+    folded = inputs[0].copy()
+    for other in inputs[1:]:
+        folded = FOLD[op](folded, other).astype(x.dtype)
+    if collective == "allreduce":
+        return folded
+    if collective == "reduce_scatter":
+        n = x.size // p
+        return folded[rank * n:(rank + 1) * n]
+    if collective == "allgather":
+        return np.concatenate(inputs)
+    if collective == "broadcast":
+        return inputs[root]
+    if collective == "alltoall":
+        n = x.size // p
+        return np.concatenate([inputs[q][rank * n:(rank + 1) * n] for q in range(p)])
+    return folded if rank == root else None
+
+
+def reference(collective: str, x: np.ndarray, op: str, root: int, salt: int):
+    if mpi is None:
+        return numpy_reference(collective, x, op, root, salt)
     mop = NATIVE[op]
     if collective == "allreduce":
         ref = np.empty_like(x)
@@ -86,7 +128,7 @@ def check_case(collective: str, dtype, op: str, count: int, mode: str, algorithm
     n = count * p if collective in ("reduce_scatter", "alltoall") else count
     x = data(n, dtype, salt, op)
     keep = x.copy()
-    ref = reference(collective, x, op, root)
+    ref = reference(collective, x, op, root, salt)
     out = None
     if mode == "separate" and collective != "broadcast":
         size = {"reduce_scatter": n // p, "allgather": n * p}.get(collective, n)
@@ -118,14 +160,19 @@ def check_case(collective: str, dtype, op: str, count: int, mode: str, algorithm
 
 
 dtypes = [d for d in SUPPORTED_DTYPES if d != BFLOAT16]
+counts = (0, 1, 7, 1000, 40000)
+if args.quick:
+    dtypes = [np.dtype(t) for t in (np.float32, np.int32, np.float16, np.int8)]
+    counts = (0, 7, 1000)
 salt = 0
 for collective in COLLECTIVES:
     others = [a for a in algorithms.names(collective) if not algorithms.info(a).needs_topology]
     for dtype in dtypes:
         ops = ("sum", "prod", "min", "max") if collective in ("allreduce", "reduce_scatter", "reduce") else ("sum",)
-        algos = ["auto", "native"] + (others if dtype in (np.dtype(np.float32), np.dtype(np.int32)) else [])
+        native = [] if comm.runtime.native_refusal(collective, dtype) else ["native"]  # gloo: fewer dtypes
+        algos = ["auto", *native] + (others if dtype in (np.dtype(np.float32), np.dtype(np.int32)) else [])
         for op in ops:
-            for count in (0, 1, 7, 1000, 40000):
+            for count in counts:
                 for algorithm in algos:
                     if count == 40000 and algorithm not in ("auto", "native", "ring"):
                         continue
@@ -143,18 +190,16 @@ for trial in range(6):
         m[p - 1, :] = 0
     for dtype in (np.dtype(np.float32), np.dtype(np.int8), np.dtype(np.float64)):
         x = (np.arange(m[rank].sum()) + 50 * rank).astype(dtype)
-        sd = np.concatenate(([0], np.cumsum(m[rank])[:-1]))
         rc = m[:, rank]
-        rd = np.concatenate(([0], np.cumsum(rc)[:-1]))
-        ref = np.empty(rc.sum(), dtype)
-        mpi.Alltoallv([x, (m[rank], sd)], [ref, (rc, rd)])
+        ref = np.concatenate([(np.arange(m[q].sum()) + 50 * q).astype(dtype)[
+            int(m[q, :rank].sum()):int(m[q, :rank + 1].sum())] for q in range(p)])
         for algorithm in ["auto", "native"] + algorithms.names("alltoallv"):
             if algorithms.info(algorithm).needs_topology if algorithm not in ("auto", "native") else False:
                 continue
             got = comm.alltoallv(x, m[rank], rc, algorithm=algorithm)
             cases += 1
             if got.tobytes() != ref.tobytes():
-                fail(f"alltoallv/{algorithm}/{dtype}/trial {trial}: {got[:6]} != MPI's {ref[:6]}")
+                fail(f"alltoallv/{algorithm}/{dtype}/trial {trial}: {got[:6]} != expected {ref[:6]}")
 bad = m[:, rank].copy()
 bad[0] += rank == p - 1
 try:
@@ -264,7 +309,11 @@ if p > 1 and args.check == "off" and comm.shared_memory:
 stats = comm.stats
 out = {"cases": cases, "failures": len(failures), "messages": failures[:20], "mismatches": mismatches,
        "calls": stats["calls"], "native_calls": stats["native_calls"], "shared_memory": comm.shared_memory}
-everyone = mpi.gather(out, root=0)
+if mpi is not None:
+    everyone = mpi.gather(out, root=0)
+else:
+    store.set(f"result/{rank}", json.dumps(out))
+    everyone = [json.loads(store.get(f"result/{q}")) for q in range(p)] if rank == 0 else None
 if rank == 0:
     total = {"cases": min(o["cases"] for o in everyone), "failures": sum(o["failures"] for o in everyone),
              "messages": [m for o in everyone for m in o["messages"]][:20],

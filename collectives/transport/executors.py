@@ -25,7 +25,8 @@ from .placement import daemon_placement, leader_placement
 from .shm import executor as _shm
 from .shm.program import DONE, MISMATCH, WAITING
 
-_MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
+_MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX, "band": MPI.BAND, "bor": MPI.BOR,
+            "bxor": MPI.BXOR}
 
 
 class ShmExecutor:

@@ -8,8 +8,9 @@ One launch creates the default group with backend "collectives" and a second gro
 backend "gloo". For each collective and size the two are timed paired and interleaved (a block of calls on one,
 then the same block on the other, `--rounds` times), so both see the same machine state; the row shows the median
 per-call time of each and gloo / collectives (> 1: the backend is faster). all_reduce also times the library's own
-`Communicator.allreduce` on the backend's communicator (the same ranks, the same size) in the same rounds, and
-the 8-byte row prints the backend's cost over the library's.
+`Communicator.allreduce` on the backend's communicator (the same ranks, the same size) and `dist.all_reduce` on a
+group of a no-op Python backend (a group whose allreduce returns at once: what torch's own Python wrapper costs
+per call) in the same rounds; the rows print the backend's cost over the library's.
 
 Sizes are the bytes of the tensor each call takes: all_reduce's tensor, all_gather_into_tensor's output,
 reduce_scatter_tensor's input, all_to_all_single's input (float32 elements). Progress goes to stderr; rank 0
@@ -31,6 +32,26 @@ import collectives.torch as ct
 from collectives.units import human, parse_size
 
 COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single")
+
+
+class NoopGroup(dist.ProcessGroup):
+    """A group whose allreduce returns a completed Work at once: torch's per-call cost without any backend."""
+
+    def __init__(self, rank: int, size: int) -> None:
+        super().__init__(rank, size)
+        self._work = ct.CompletedWork()
+
+    def allreduce(self, tensors, opts=None):
+        return self._work
+
+    def getBackendName(self) -> str:  # noqa: N802 - torch's name
+        return "noop"
+
+
+def noop_group(p: int):
+    dist.Backend.register_backend("noop", lambda o, _=None: NoopGroup(o.group_rank, o.group_size),
+                                  extended_api=True, devices=["cpu"])
+    return dist.new_group(list(range(p)), backend="noop")
 
 
 def sizes(lo: int, hi: int) -> list[int]:
@@ -92,6 +113,7 @@ def main() -> None:
     torch.set_num_threads(1)  # the ranks share the host's cores
     rank, p = ct.init_process_group()
     gloo = dist.new_group(list(range(p)), backend="gloo")
+    noop = noop_group(p)
     comm = dist.distributed_c10d._get_default_group().comm  # the backend's library communicator
     barrier = comm.mpi_comm.Barrier
     if args.overhead:
@@ -103,6 +125,7 @@ def main() -> None:
             if name == "all_reduce":
                 a = torch.ones(max(nbytes // 4, 1)).numpy()
                 fns["library"] = lambda a=a: comm.allreduce(a, out=a)
+                fns["torch_noop"] = make_call(name, nbytes, noop, p)
             iters = {k: agreed_iters(fn, barrier, args.budget) for k, fn in fns.items()}
             times = {k: [] for k in fns}
             for _ in range(args.rounds):
@@ -120,9 +143,10 @@ def main() -> None:
     if rank == 0:
         print(f"# torch {torch.__version__}, {p} ranks, median of {args.rounds} interleaved blocks per backend")
         print(f"{'collective':24s} {'size':>9s} {'collectives us':>15s} {'gloo us':>12s} {'gloo/coll':>10s} "
-              f"{'library us':>11s} {'coll/library':>12s}")
+              f"{'library us':>11s} {'coll/library':>12s} {'torch no-op us':>15s}")
         for r in rows:
-            lib = f"{r['library_us']:11.2f} {r['collectives_over_library']:12.2f}" if "library_us" in r else ""
+            lib = f"{r['library_us']:11.2f} {r['collectives_over_library']:12.2f} {r['torch_noop_us']:15.2f}" \
+                if "library_us" in r else ""
             print(f"{r['collective']:24s} {human(r['bytes']):>9s} {r['collectives_us']:15.2f} "
                   f"{r['gloo_us']:12.2f} {r['gloo_over_collectives']:10.2f} {lib}")
         if args.json:

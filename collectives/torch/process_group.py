@@ -43,6 +43,8 @@ class CollectivesProcessGroup(dist.ProcessGroup):
         self._coalesced: list | None = None  # Works issued between _start_coalescing and _end_coalescing
         self._group_name = ""
         self._group_desc = ""
+        self._views = T.Views()
+        self._done = CompletedWork()  # what a blocking call returns (torch only calls wait() on it)
 
     # -- identity -------------------------------------------------------------------------------------
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
@@ -89,10 +91,10 @@ class CollectivesProcessGroup(dist.ProcessGroup):
                         fn(*args, **kwargs)
                 if finish is not None:
                     finish()
-                return CompletedWork(result)
+                return self._done
             # another group has calls in flight: issue asynchronously, and wait without holding the lock
             self._issue_async(what, calls, finish, result).wait()
-            return CompletedWork(result)
+            return self._done
         return self._issue_async(what, calls, finish, result)
 
     def _issue_async(self, what: str, calls: list, finish, result, source=None) -> CollectivesWork:
@@ -108,16 +110,59 @@ class CollectivesProcessGroup(dist.ProcessGroup):
         op, factor = T.reduce_op(opts)
         if len(tensors) == 1 and factor is None:  # the common call, with the fewest steps
             t = tensors[0]
-            if type(t) is torch.Tensor and t.device.type == "cpu" and t.dtype in T.DTYPES and t.is_contiguous() \
+            if type(t) is torch.Tensor and t.is_cpu and t.dtype in T.DTYPES and t.is_contiguous() \
                     and t.layout == torch.strided:
-                a = T.as_numpy(t)
+                comm = self.comm
+                a = self._views.get(t)
+                if opts is not None and not opts.asyncOp and self._coalesced is None and comm is not None \
+                        and not PENDING.count:  # blocking, nothing in flight anywhere: straight to the library
+                    with LOCK:
+                        comm.allreduce(a, out=a, op=op)
+                    return self._done
                 return self._issue("all_reduce", [(self._comm().allreduce, (a,), {"out": a, "op": op})], opts,
                                    None, tensors)
+        if any(isinstance(t, torch.Tensor) and t.layout == torch.sparse_coo for t in tensors):
+            return self._sparse_allreduce(tensors, op)
         staged = [T.Staged(t, "all_reduce tensor") for t in tensors]
         if factor is not None:
             op = self._premultiply(staged, factor)
         calls = [(self._comm().allreduce, (s.array,), {"out": s.array, "op": op}) for s in staged]
         return self._issue("all_reduce", calls, opts, lambda: [s.done() for s in staged], list(tensors))
+
+    def _sparse_allreduce(self, tensors, op: str):
+        """all_reduce SUM of sparse COO tensors (as gloo): every rank's indices and values are all-gathered (padded
+        to the largest count of non-zeros), concatenated and coalesced (duplicates summed); each tensor is replaced
+        by the sum, in place. Runs to completion before it returns (also for async_op=True)."""
+        if op != "sum":
+            raise ValueError(f"backend 'collectives': sparse all_reduce supports SUM only, got {op.upper()}")
+        comm, p = self._comm(), self._size
+        for t in tensors:
+            if t.layout != torch.sparse_coo or t.device.type != "cpu" or t.dtype not in T.DTYPES:
+                raise TypeError("backend 'collectives': a sparse all_reduce takes sparse COO CPU tensors of a "
+                                f"supported dtype, got {t.layout} {t.dtype} on {t.device}")
+            local = t.coalesce()
+            indices, values = local.indices().contiguous(), local.values().contiguous()
+            counts = np.empty(p, np.int64)
+            with LOCK:
+                comm.allgather(np.array([indices.shape[1]], np.int64), out=counts)
+            width = int(counts.max())
+            rows = int(np.prod(values.shape[1:], dtype=np.int64))  # elements per non-zero (dense trailing dims)
+            idx = torch.zeros(indices.shape[0], width, dtype=torch.int64)
+            idx[:, :indices.shape[1]] = indices
+            val = torch.zeros(width * rows, dtype=values.dtype)
+            val[:values.numel()] = values.reshape(-1)
+            all_idx = torch.empty(p, *idx.shape, dtype=torch.int64)
+            all_val = torch.empty(p, width * rows, dtype=values.dtype)
+            with LOCK:
+                comm.allgather(T.as_numpy(idx.reshape(-1)), out=T.as_numpy(all_idx.reshape(-1)))
+                comm.allgather(T.as_bytes(val), out=T.as_bytes(all_val.reshape(-1)))
+            parts = [(all_idx[r][:, :counts[r]], all_val[r][:counts[r] * rows].view(int(counts[r]), *values.shape[1:]))
+                     for r in range(p)]
+            total = torch.sparse_coo_tensor(torch.cat([i for i, _ in parts], dim=1),
+                                            torch.cat([v for _, v in parts]), t.shape).coalesce()
+            with torch.no_grad():
+                t.copy_(total)
+        return CompletedWork(list(tensors))
 
     @staticmethod
     def _premultiply(staged: list, factor) -> str:

@@ -7,6 +7,9 @@ contiguous copy that `Staged.done` writes back.
 
 from __future__ import annotations
 
+import ctypes
+import weakref
+
 import ml_dtypes
 import numpy as np
 import torch
@@ -35,7 +38,10 @@ def reduce_op(opts) -> tuple[str, object]:
     if opts is None:
         return "sum", None
     op = opts.reduceOp
-    kind = op.op if isinstance(op, dist.ReduceOp) else op
+    try:
+        kind = op.op  # a ReduceOp carries its RedOpType in .op
+    except AttributeError:
+        kind = op
     name = OPS.get(kind)
     if name is None:
         raise ValueError(f"backend 'collectives' does not support reduce op {kind}; supported: {OP_NAMES}")
@@ -79,6 +85,40 @@ def as_numpy(t: torch.Tensor) -> np.ndarray:
     return t.numpy()
 
 
+class Views:
+    """numpy views of the tensors a group saw last, reused while the tensor is alive and unchanged (same storage
+    address, size and dtype): a torch-to-numpy conversion costs about as much as the library's own 8-byte call.
+
+    A cached view does not own the memory (it would keep a freed tensor alive): it is only handed out while a weak
+    reference says the tensor itself is alive, and the caller holds the tensor for the call."""
+
+    SIZE = 64
+
+    def __init__(self) -> None:
+        self._views: dict[int, tuple] = {}
+
+    def get(self, t: torch.Tensor) -> np.ndarray:
+        """t's numpy view (t: a contiguous CPU tensor of a supported dtype)."""
+        entry = self._views.get(id(t))
+        ptr = t.data_ptr()
+        if entry is not None:
+            ref, address, n, dtype, array = entry
+            if ref() is t and address == ptr and n == t.numel() and dtype is t.dtype:
+                return array
+        array = as_numpy(t)
+        if array.size:  # rebuild it without an owner, as a plain view of the same bytes
+            raw = (ctypes.c_char * array.nbytes).from_address(ptr)
+            array = np.frombuffer(raw, dtype=array.dtype).reshape(array.shape)
+        views = self._views
+        if len(views) >= self.SIZE:
+            views.pop(next(iter(views)))
+        try:
+            views[id(t)] = (weakref.ref(t), ptr, t.numel(), t.dtype, array)
+        except TypeError:  # a tensor subclass without weak references: no caching
+            pass
+        return array
+
+
 def as_bytes(t: torch.Tensor) -> np.ndarray:
     """The bytes of a contiguous tensor as a flat uint8 numpy view (for calls that only move data)."""
     if t.requires_grad:
@@ -119,5 +159,5 @@ def copy_into(dst: torch.Tensor, src: torch.Tensor) -> None:
         dst.copy_(src.view(dst.shape) if src.shape != dst.shape else src)
 
 
-__all__ = ["BACKEND_NAME", "DTYPES", "FLOATS", "OPS", "SUPPORTED_DTYPES", "Staged", "as_bytes", "as_numpy", "check",
+__all__ = ["BACKEND_NAME", "DTYPES", "FLOATS", "OPS", "SUPPORTED_DTYPES", "Staged", "Views", "as_bytes", "as_numpy", "check",
            "check_premul", "copy_into", "flat", "reduce_op"]

@@ -6,7 +6,9 @@ a fresh FileStore file and temp dir (made by rank 0, names sent over MPI), then 
 `_run(rank, test_name, file_name, pipe)`, which initialises the process group with `--backend`, runs the test and
 exits (SystemExit) with torch's codes: 0 passed, TEST_SKIPS codes skipped, 10 failed (the traceback comes through
 the pipe). A test skipped by a decorator (`__unittest_skip__`, which torch's parent process reads before spawning)
-is reported as skipped without running, as torch's runner would.
+is reported as skipped without running, as torch's runner would; with --run-name-gated a test whose decorator skip
+names gloo or MPI ("Only MPI supports all_to_all", "Test requires backend collectives to be one of {'gloo'}") runs
+anyway, and its result says so ("gated": the reason).
 
 Rank 0 appends one JSON line per event to `--results`: {"start": name} before a test, then {"test": name,
 "outcome": "passed" | "skipped" | "failed", "codes": [per rank], "message": ...}. A test that hangs is ended by the
@@ -20,6 +22,7 @@ import argparse
 import faulthandler
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -32,6 +35,8 @@ ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDe
 ap.add_argument("--backend", required=True, help="collectives or gloo")
 ap.add_argument("--results", required=True, help="JSON-lines file rank 0 appends to")
 ap.add_argument("--test-timeout", type=float, default=120.0, help="seconds one test may take on a rank")
+ap.add_argument("--run-name-gated", action="store_true",
+                help="run tests that a decorator skips only because of the backend's name (reported as gated)")
 ap.add_argument("tests", nargs="+", help="test names of DistributedTest._DistTestBase")
 args = ap.parse_args()
 
@@ -67,6 +72,9 @@ class TestDistBackendMPI(distributed_test.TestDistBackend, distributed_test.Dist
     """torch's TestDistBackend driven by MPI ranks instead of spawned processes."""
 
 
+# a decorator skip that names gloo or MPI gates a CPU test on the backend's name; those naming only NCCL (or CUDA)
+# are GPU tests
+NAME_GATE = re.compile(r"\b(gloo|mpi)\b", re.IGNORECASE)
 SKIP_CODES = {skip.exit_code: skip.message for skip in common_distributed.TEST_SKIPS.values()}
 ERROR_CODE = common_distributed.MultiProcessTestCase.TEST_ERROR_EXIT_CODE
 
@@ -128,6 +136,9 @@ def record(line: dict) -> None:
 
 for name in args.tests:
     skip = decorator_skip(name)
+    gated = None
+    if skip is not None and args.run_name_gated and NAME_GATE.search(skip):
+        skip, gated = None, decorator_skip(name)
     if skip is not None or not hasattr(TestDistBackendMPI, name):
         if rank == 0:
             why = skip if skip is not None else f"no test {name} in this torch version"
@@ -159,7 +170,7 @@ for name in args.tests:
             outcome, message = "skipped", SKIP_CODES[codes[0]]
         else:
             outcome, message = "passed", ""
-        record({"test": name, "outcome": outcome, "codes": codes, "message": message,
+        record({"test": name, "outcome": outcome, "codes": codes, "message": message, "gated": gated,
                 "seconds": round(time.monotonic() - start, 2)})
         common_distributed.cleanup_temp_dir()
     world.Barrier()

@@ -7,8 +7,9 @@
 One launch creates the default group with backend "collectives" and a second group over the same ranks with
 backend "gloo". For each collective and size the two are timed paired and interleaved (a block of calls on one,
 then the same block on the other, `--rounds` times), so both see the same machine state; the row shows the median
-per-call time of each and gloo / collectives (> 1: the backend is faster). all_reduce also times the library's own
-`Communicator.allreduce` on the backend's communicator (the same ranks, the same size) and `dist.all_reduce` on a
+per-call time of each and gloo / collectives (> 1: the backend is faster). Each row also times the library's own call
+(`Communicator.allreduce`, `allgather`, `reduce_scatter`, `alltoall` on numpy arrays of the same sizes, on the
+backend's communicator) and, for all_reduce, `dist.all_reduce` on a
 group of a no-op Python backend (a group whose allreduce returns at once: what torch's own Python wrapper costs
 per call) in the same rounds; the rows print the backend's cost over the library's.
 
@@ -25,6 +26,7 @@ import statistics
 import sys
 import time
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -81,6 +83,23 @@ def make_call(name: str, nbytes: int, group, p: int):
     return lambda: dist.all_to_all_single(out, inp, group=group)
 
 
+def make_library_call(name: str, nbytes: int, comm, p: int):
+    """The same call on the library's own Communicator (numpy arrays of the same sizes)."""
+    n = max(nbytes // 4, 1)
+    if name == "all_reduce":
+        a = np.ones(n, np.float32)
+        return lambda: comm.allreduce(a, out=a)
+    k = max(n // p, 1)
+    if name == "all_gather_into_tensor":
+        inp, out = np.ones(k, np.float32), np.empty(k * p, np.float32)
+        return lambda: comm.allgather(inp, out=out)
+    if name == "reduce_scatter_tensor":
+        inp, out = np.ones(k * p, np.float32), np.empty(k, np.float32)
+        return lambda: comm.reduce_scatter(inp, out=out)
+    inp, out = np.ones(k * p, np.float32), np.empty(k * p, np.float32)
+    return lambda: comm.alltoall(inp, out=out)
+
+
 def per_call(fn, iters: int, sync) -> float:
     sync()
     start = time.perf_counter()
@@ -110,6 +129,9 @@ def main() -> None:
     ap.add_argument("--json", help="write the rows here (rank 0)")
     args = ap.parse_args()
 
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)  # torch 2.13 renames *_into_tensor / *_tensor
     torch.set_num_threads(1)  # the ranks share the host's cores
     rank, p = ct.init_process_group()
     gloo = dist.new_group(list(range(p)), backend="gloo")
@@ -121,10 +143,9 @@ def main() -> None:
     rows = []
     for name in args.collectives:
         for nbytes in sizes(parse_size(args.min_size), parse_size(args.max_size)):
-            fns = {"collectives": make_call(name, nbytes, None, p), "gloo": make_call(name, nbytes, gloo, p)}
+            fns = {"collectives": make_call(name, nbytes, None, p), "gloo": make_call(name, nbytes, gloo, p),
+                   "library": make_library_call(name, nbytes, comm, p)}
             if name == "all_reduce":
-                a = torch.ones(max(nbytes // 4, 1)).numpy()
-                fns["library"] = lambda a=a: comm.allreduce(a, out=a)
                 fns["torch_noop"] = make_call(name, nbytes, noop, p)
             iters = {k: agreed_iters(fn, barrier, args.budget) for k, fn in fns.items()}
             times = {k: [] for k in fns}
@@ -135,8 +156,7 @@ def main() -> None:
             row = {"collective": name, "bytes": nbytes, "ranks": p,
                    **{f"{k}_us": round(v * 1e6, 2) for k, v in med.items()},
                    "gloo_over_collectives": round(med["gloo"] / med["collectives"], 2)}
-            if "library" in med:
-                row["collectives_over_library"] = round(med["collectives"] / med["library"], 2)
+            row["collectives_over_library"] = round(med["collectives"] / med["library"], 2)
             rows.append(row)
             if rank == 0:
                 print(f"{name} {human(nbytes)}: {row}", file=sys.stderr, flush=True)
@@ -145,8 +165,8 @@ def main() -> None:
         print(f"{'collective':24s} {'size':>9s} {'collectives us':>15s} {'gloo us':>12s} {'gloo/coll':>10s} "
               f"{'library us':>11s} {'coll/library':>12s} {'torch no-op us':>15s}")
         for r in rows:
-            lib = f"{r['library_us']:11.2f} {r['collectives_over_library']:12.2f} {r['torch_noop_us']:15.2f}" \
-                if "library_us" in r else ""
+            lib = f"{r['library_us']:11.2f} {r['collectives_over_library']:12.2f}" + \
+                (f" {r['torch_noop_us']:15.2f}" if "torch_noop_us" in r else "")
             print(f"{r['collective']:24s} {human(r['bytes']):>9s} {r['collectives_us']:15.2f} "
                   f"{r['gloo_us']:12.2f} {r['gloo_over_collectives']:10.2f} {lib}")
         if args.json:

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ..errors import CollectivesError
 from . import tensors as T
 from .work import LOCK, PENDING, CollectivesWork, CompletedWork, GroupWork, seconds
 
@@ -97,9 +98,14 @@ class CollectivesProcessGroup(dist.ProcessGroup):
             return self._done
         return self._issue_async(what, calls, finish, result)
 
-    def _issue_async(self, what: str, calls: list, finish, result, source=None) -> CollectivesWork:
+    def _issue_async(self, what: str, calls: list, finish, result, source=None):
+        """The library's failures while issuing (a timeout in the collective setup of a new plan, a dead peer) go
+        into the Work, as torch expects of an asynchronous call; bad arguments raise here."""
         with LOCK:
-            handles = [fn(*args, async_op=True, **kwargs) for fn, args, kwargs in calls]
+            try:
+                handles = [fn(*args, async_op=True, **kwargs) for fn, args, kwargs in calls]
+            except CollectivesError as exc:
+                return CompletedWork(result, exc)
             work = CollectivesWork(self, what, [h for h in handles if h is not None], finish, result, source)
         if self._coalesced is not None:
             self._coalesced.append(work)

@@ -174,6 +174,10 @@ static inline void nt_fence(void)
 #define U_PROD(T, W) ((T)((W)x * (W)y))
 #define I_MIN (x < y ? x : y)
 #define I_MAX (x > y ? x : y)
+/* Bitwise ops work on the unsigned type of each width: the same bits for signed and unsigned dtypes. */
+#define B_AND (x & y)
+#define B_OR (x | y)
+#define B_XOR (x ^ y)
 
 #define DEFINE_FLOAT(P, ATTR, SFX, T)                                                              \
     DEFINE_KERNEL(P##_sum_##SFX, ATTR, T, F_SUM(T))                                                \
@@ -187,7 +191,10 @@ static inline void nt_fence(void)
     DEFINE_KERNEL(P##_min_u##BITS, ATTR, uint##BITS##_t, I_MIN)                                    \
     DEFINE_KERNEL(P##_max_u##BITS, ATTR, uint##BITS##_t, I_MAX)                                    \
     DEFINE_KERNEL(P##_min_i##BITS, ATTR, int##BITS##_t, I_MIN)                                     \
-    DEFINE_KERNEL(P##_max_i##BITS, ATTR, int##BITS##_t, I_MAX)
+    DEFINE_KERNEL(P##_max_i##BITS, ATTR, int##BITS##_t, I_MAX)                                     \
+    DEFINE_KERNEL(P##_band_u##BITS, ATTR, uint##BITS##_t, B_AND)                                   \
+    DEFINE_KERNEL(P##_bor_u##BITS, ATTR, uint##BITS##_t, B_OR)                                     \
+    DEFINE_KERNEL(P##_bxor_u##BITS, ATTR, uint##BITS##_t, B_XOR)
 
 #define DEFINE_ALL(P, ATTR)                                                                        \
     DEFINE_FLOAT(P, ATTR, f32, float)                                                              \
@@ -197,28 +204,24 @@ static inline void nt_fence(void)
     DEFINE_INT(P, ATTR, 32, uint32_t)                                                              \
     DEFINE_INT(P, ATTR, 64, uint64_t)
 
-/* Table indexed [dtype][op]; signed sum/prod use the unsigned kernel of the same width. */
+/* Table indexed [dtype][op]; signed sum/prod and every bitwise op use the unsigned kernel of the same width.
+ * Bitwise ops on floating-point dtypes have no kernel (NULL): coll_reduce refuses them. */
+#define INT_ROW(P, S, U) {P##_sum_##U, P##_prod_##U, P##_min_##S, P##_max_##S, P##_band_##U, P##_bor_##U, P##_bxor_##U}
 #define TABLE(P)                                                                                   \
     {                                                                                              \
-        {P##_sum_f32, P##_prod_f32, P##_min_f32, P##_max_f32},                                     \
-        {P##_sum_f64, P##_prod_f64, P##_min_f64, P##_max_f64},                                     \
-        {P##_sum_u8, P##_prod_u8, P##_min_i8, P##_max_i8},                                         \
-        {P##_sum_u16, P##_prod_u16, P##_min_i16, P##_max_i16},                                     \
-        {P##_sum_u32, P##_prod_u32, P##_min_i32, P##_max_i32},                                     \
-        {P##_sum_u64, P##_prod_u64, P##_min_i64, P##_max_i64},                                     \
-        {P##_sum_u8, P##_prod_u8, P##_min_u8, P##_max_u8},                                         \
-        {P##_sum_u16, P##_prod_u16, P##_min_u16, P##_max_u16},                                     \
-        {P##_sum_u32, P##_prod_u32, P##_min_u32, P##_max_u32},                                     \
-        {P##_sum_u64, P##_prod_u64, P##_min_u64, P##_max_u64},                                     \
+        {P##_sum_f32, P##_prod_f32, P##_min_f32, P##_max_f32, NULL, NULL, NULL},                   \
+        {P##_sum_f64, P##_prod_f64, P##_min_f64, P##_max_f64, NULL, NULL, NULL},                   \
+        INT_ROW(P, i8, u8), INT_ROW(P, i16, u16), INT_ROW(P, i32, u32), INT_ROW(P, i64, u64),      \
+        INT_ROW(P, u8, u8), INT_ROW(P, u16, u16), INT_ROW(P, u32, u32), INT_ROW(P, u64, u64),      \
     }
 
 #define NO_ATTR
 DEFINE_ALL(portable, NO_ATTR)
-static const native_kernel portable_table[10][4] = TABLE(portable);
+static const native_kernel portable_table[10][COLL_OPS] = TABLE(portable);
 
 #if COLL_X86
 DEFINE_ALL(avx2, TARGET_AVX2)
-static const native_kernel avx2_table[10][4] = TABLE(avx2);
+static const native_kernel avx2_table[10][COLL_OPS] = TABLE(avx2);
 #endif
 
 /* ------------------------------------------------------------------------------------------------
@@ -719,7 +722,9 @@ static const size_t elem_size[10] = {4, 8, 1, 2, 4, 8, 1, 2, 4, 8};
 
 int coll_reduce(int dtype, int op, void *out, const void *const *inputs, size_t n_inputs, size_t count)
 {
-    if (dtype < 0 || dtype > COLL_U64 || op < 0 || op > COLL_MAX || n_inputs < 1)
+    if (dtype < 0 || dtype > COLL_U64 || op < 0 || op >= COLL_OPS || n_inputs < 1)
+        return -1;
+    if (portable_table[dtype][op] == NULL) /* a bitwise op on a floating-point dtype */
         return -1;
     if (count == 0)
         return 0;

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 import numpy as np
-from mpi4py import MPI
 
 from .. import algorithms as _builtins  # noqa: F401  (registers the built-in algorithms)
 from .. import environment
@@ -20,15 +20,19 @@ from ..emulator import check_accumulate, widens
 from ..kernels._dtypes import dtype_name
 from ..schedule.collective import REDUCING
 from . import calls, choose, context, p2p
-from . import daemon as _daemon
 from .agreement import check_mode
 from .calls import check_timeout
 from .domains import find_domains, topology_for
 from .errors import CollectiveTimeoutError
 from .host import discover, share_kernel_threads, warn_if_alone
 from .plans import Plan
-from .runtime import MpiRuntime, Runtime
+from .runtime import Runtime
 from .shm import arena as _arena
+
+if TYPE_CHECKING:  # MPI only where a communicator runs on it: torch's runtime never initialises MPI
+    from mpi4py import MPI
+
+    from . import daemon
 
 PLANS = 128  # plans kept per communicator (least recently used dropped)
 
@@ -54,7 +58,7 @@ class Communicator:
     """
 
     def __init__(self, comm: MPI.Comm | Runtime, *, ranks_per_domain: int | None = None, topology=None,
-                 timeout: float | None = None, world: _daemon.World | None = None, check: str | None = None,
+                 timeout: float | None = None, world: daemon.World | None = None, check: str | None = None,
                  deterministic: bool | None = None, accumulate: str | None = None) -> None:
         timeout = environment.get("COLLECTIVES_TIMEOUT") if timeout is None else check_timeout(timeout,
                                                                                                 "init(timeout=)")
@@ -64,6 +68,10 @@ class Communicator:
         if isinstance(comm, Runtime):  # a runtime of another kind (collectives.torch: no MPI launcher)
             runtime = comm
         else:
+            from mpi4py import MPI
+
+            from .mpi_runtime import MpiRuntime
+
             # Bound the setup: Dup, Split_type and the exchanges below are blocking collectives; an entry barrier
             # with a deadline first makes sure every rank has entered init (else CollectiveTimeoutError).
             deadline = None if timeout is None else time.monotonic() + timeout
@@ -448,7 +456,9 @@ class Communicator:
             self._drop_plans()
             ctx.scratch.clear()
             if ctx.world is not None and self.rank == 0 and ctx.failure is None:
-                _daemon.stop_daemons(ctx.world, timeout=ctx.timeout)
+                from .daemon import stop_daemons
+
+                stop_daemons(ctx.world, timeout=ctx.timeout)
             elif ctx.world is not None:
                 ctx.world.serving = False
             context.live.discard(self)
@@ -516,10 +526,11 @@ def exchange_counts(ctx, sends: tuple[int, ...], recvs: tuple[int, ...], dtype: 
     return counts.copy()
 
 
-def init(mpi_comm: MPI.Comm | None = None, *, ranks_per_domain: int | None = None, topology=None,
+def init(mpi_comm: MPI.Comm | Runtime | None = None, *, ranks_per_domain: int | None = None, topology=None,
          timeout: float | None = None, check: str | None = None, deterministic: bool | None = None,
          accumulate: str | None = None) -> Communicator:
-    """Create a Communicator over `mpi_comm` (default: MPI_COMM_WORLD, minus any switch daemons).
+    """Create a Communicator over `mpi_comm` (default: MPI_COMM_WORLD, minus any switch daemons), or over a
+    `transport.runtime.Runtime` of another kind (collectives.torch.runtime.StoreRuntime: no MPI launcher).
 
     With mpi_comm=None every process of MPI_COMM_WORLD must take part: the app ranks here, switch daemons
     started with `mpiexec ... : -n D python -m collectives.switchd` in their own loop. The first such
@@ -533,7 +544,9 @@ def init(mpi_comm: MPI.Comm | None = None, *, ranks_per_domain: int | None = Non
     """
     world = None
     if mpi_comm is None:
-        world = _daemon.split_world(_daemon.APP, timeout=environment.get("COLLECTIVES_TIMEOUT") if timeout is None
+        from . import daemon
+
+        world = daemon.split_world(daemon.APP, timeout=environment.get("COLLECTIVES_TIMEOUT") if timeout is None
                                     else check_timeout(timeout, "init(timeout=)"))
         mpi_comm = world.local
         if not world.serving or any(c._ctx.world is world for c in context.live):

@@ -11,7 +11,6 @@ import weakref
 
 from .. import environment
 from ..errors import CallMismatchError, CommunicatorClosedError
-from . import daemon as _daemon
 from .host import Host
 from .progress import CallQueue
 from .scratch import ScratchPool
@@ -79,7 +78,9 @@ class Context:
         self.failure = exc
         self.ok = self.fast = False
         if self.world is not None and self.world.serving:
-            _daemon.abort_daemons(self.world, f"app rank {self.rank}: {exc}")
+            from . import daemon  # MPI: only a communicator with switch daemons gets here
+
+            daemon.abort_daemons(self.world, f"app rank {self.rank}: {exc}")
         global _failed
         _failed = True
 

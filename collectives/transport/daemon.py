@@ -36,7 +36,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import environment
-from .runtime import MpiRuntime
+from .mpi_runtime import MpiRuntime
 
 APP, DAEMON = 0, 1
 ORDER_TAG = 7

@@ -18,7 +18,6 @@ import numpy as np
 
 from ..reduction import finalize
 from ..schedule.collective import REDUCING
-from . import daemon as _daemon
 from .messages import Execution, ProcPlan, tag_base
 from .placement import daemon_placement, leader_placement
 from .shm import executor as _shm
@@ -83,7 +82,8 @@ class MessageExecutor:
         if self.daemons and ctx.rank == 0:
             _, coll, algo, count, dtype, root, op, params, topo, p = self.order
             from ..kernels._dtypes import dtype_name
-            ctx.pending_orders.extend(_daemon.send_orders(
+            from .daemon import send_orders  # MPI: switch daemons exist
+            ctx.pending_orders.extend(send_orders(
                 ctx.world, ("run", seq, coll, algo, count, dtype_name(dtype), root, op, params, topo, p)))
         self.run = Execution(plan, self.carrier, works, self.kernel_op, seq,
                              tag_base(seq, plan.placement.slots, self.tag_ub))

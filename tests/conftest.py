@@ -1,16 +1,20 @@
 """Test layers: tests/unit needs no MPI launcher; tests/mpi launches `mpiexec`; tests/torch needs PyTorch too.
 
 Every test under tests/mpi and tests/torch is marked `mpi` (and `torch`), so `pytest -m "not mpi"` runs the
-quick, launcher-free part of the suite.
+quick, launcher-free part of the suite. tests/mpi/launcher.py builds every `mpiexec` command line for the MPI
+found (MPICH, Open MPI, Intel MPI); its folder is put on sys.path so tests/mpi and tests/torch both
+`import launcher`.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE / "mpi"))
 
 
 def pytest_collection_modifyitems(config, items) -> None:

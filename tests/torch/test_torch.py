@@ -8,11 +8,11 @@ DDP model with backend "collectives" and with torch's "gloo" (examples/ddp_train
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
+import launcher
 import numpy as np
 import pytest
 
@@ -23,7 +23,6 @@ pytest.importorskip("mpi4py")
 import torch.distributed as dist  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
 CHECK = Path(__file__).parent / "programs" / "check_torch.py"
 DDP_TRAIN = ROOT / "examples" / "ddp_train.py"
 TIMEOUT = 90  # seconds per launch (the machines are oversubscribed: 4 ranks, torch imports)
@@ -33,14 +32,11 @@ TIMEOUT = 90  # seconds per launch (the machines are oversubscribed: 4 ranks, to
 # elements of magnitude ~1e-3; the check allows 1e-5 relative + 1e-6 absolute.
 RTOL, ATOL = 1e-5, 1e-6
 
-needs_mpiexec = pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no mpiexec next to {sys.executable}")
-
 
 def launch(n: int, *argv: str, timeout: float = TIMEOUT) -> dict:
     """`mpiexec -n n python argv...`, returning rank 0's RESULT line."""
-    env = dict(os.environ, MPIEXEC_TIMEOUT=str(int(timeout)), COLLECTIVES_TIMEOUT="60", OMP_NUM_THREADS="1",
-               PYTHONWARNINGS="ignore::FutureWarning")
-    cmd = [str(MPIEXEC), "-n", str(n), sys.executable, *argv]
+    cmd, env = launcher.command(n, [sys.executable, *argv], timeout=timeout, env={
+        "COLLECTIVES_TIMEOUT": "60", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore::FutureWarning"})
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 15, env=env, cwd=ROOT)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, (
@@ -77,14 +73,12 @@ def test_numpy_views_are_zero_copy(dtype):
     assert list(a.astype(np.float64)) == [0, 1, 5, 3, 4, 5]
 
 
-@needs_mpiexec
 def test_every_collective_dtype_and_op_on_3_ranks():
     result = launch(3, str(CHECK))
     assert result["failures"] == 0, "\n".join(result["messages"])
     assert result["cases"] > 500
 
 
-@needs_mpiexec
 def test_ddp_training_matches_gloo(tmp_path):
     weights = {}
     for backend in ("collectives", "gloo"):
@@ -101,11 +95,9 @@ def test_ddp_training_matches_gloo(tmp_path):
         torch.testing.assert_close(weights["collectives"][name], w, rtol=RTOL, atol=ATOL, msg=name)
 
 
-@needs_mpiexec
 def test_timeout_surfaces_from_wait():
-    env = dict(os.environ, MPIEXEC_TIMEOUT="60", PYTHONWARNINGS="ignore::FutureWarning")
-    cmd = [str(MPIEXEC), "-n", "2", sys.executable, str(Path(__file__).parent / "programs" / "check_timeout.py")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=75, env=env, cwd=ROOT)
+    proc = launcher.run(2, [sys.executable, str(Path(__file__).parent / "programs" / "check_timeout.py")], timeout=60,
+                        cwd=ROOT, env={"PYTHONWARNINGS": "ignore::FutureWarning"})
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
     result = json.loads(lines[-1][len("RESULT "):])

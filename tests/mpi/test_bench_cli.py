@@ -253,6 +253,7 @@ def test_bench_calibrates_in_its_own_launch_then_predicts(tmp_path):
 
 
 @needs_cli
+@pytest.mark.any_mpi
 @pytest.mark.parametrize("where", ["calibrate", "bench"])
 def test_a_rank_failing_alone_ends_the_job_at_once(tmp_path, where):
     """Rank 1 raises in the middle of a measurement while rank 0 waits in a collective: the job ends within

@@ -44,7 +44,7 @@ def daemons(n: int) -> Group:
     return n, [sys.executable, "-m", "collectives.switchd", "--path", str(PROGRAMS), "--import", "check_collectives"]
 
 
-@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5, 6, 7, 8])
+@pytest.mark.parametrize("world_size", [1, 2, pytest.param(3, marks=pytest.mark.any_mpi), 4, 5, 6, 7, 8])
 def test_every_algorithm_and_collective(world_size):
     counts = ["0", "1", "7", "50"] if world_size <= 4 else ["0", "9", "40"]
     domains = ["--ranks-per-domain", "2"] if world_size in (4, 6, 8) else []  # 2-rank domains: switch trees
@@ -57,7 +57,7 @@ def test_every_algorithm_and_collective(world_size):
         assert result["star_switch_bytes_on_rank0"] > 0  # leader emulation: rank 0 hosts a switch node
 
 
-@pytest.mark.parametrize("world_size", [3, 4])
+@pytest.mark.parametrize("world_size", [pytest.param(3, marks=pytest.mark.any_mpi), 4])
 def test_python_shared_memory_executor(world_size, monkeypatch):
     """COLLECTIVES_SHM_C=0: the shared-memory executor's Python path (used where the C plan runner cannot
     serve) still gives MPI's results for every algorithm and collective."""
@@ -67,7 +67,8 @@ def test_python_shared_memory_executor(world_size, monkeypatch):
     assert result["cases"] > 200
 
 
-@pytest.mark.parametrize("world_size,num_daemons", [(3, 2), (5, 1), (4, 3)])
+@pytest.mark.parametrize("world_size,num_daemons", [pytest.param(3, 2, marks=pytest.mark.any_mpi), (5, 1),
+                                                    (4, 3)])
 def test_switch_daemons(world_size, num_daemons):
     result = launch(app(world_size, "--only", "star", "ring", "native"), daemons(num_daemons))
     assert result["failures"] == 0, result["messages"]
@@ -76,6 +77,7 @@ def test_switch_daemons(world_size, num_daemons):
     assert result["bytes_sent_per_rank"]["star"] == 4000
 
 
+@pytest.mark.any_mpi
 def test_bad_calls_and_timeouts(tmp_path):
     """22 bad calls (bad timeouts included) raise before communicating; a missing peer raises CollectiveTimeoutError (issue 9 groundwork)."""
     result_file = tmp_path / "result.txt"
@@ -91,8 +93,9 @@ def test_bad_calls_and_timeouts(tmp_path):
     assert "awaiting rank 1" in result["runner_timeout_message"]
 
 
-@pytest.mark.parametrize("world_size,runner,check", [(2, "1", "metadata"), (3, "1", "metadata"),
-                                                     (4, "1", "off"), (2, "0", "metadata")])
+@pytest.mark.parametrize("world_size,runner,check", [
+    (2, "1", "metadata"), pytest.param(3, "1", "metadata", marks=pytest.mark.any_mpi), (4, "1", "off"),
+    (2, "0", "metadata")])
 def test_every_call_matches_mpi(world_size, runner, check, monkeypatch):
     """Every collective x native dtype x op x count x output mode through the plan path (auto, MPI's own, and
     every algorithm for float32/int32) gives MPI's own results bitwise with inputs untouched; cached plans rebind
@@ -108,6 +111,7 @@ def test_every_call_matches_mpi(world_size, runner, check, monkeypatch):
     assert result["mismatches"] == (5 if check != "off" else 1)  # check=off: the runner still compares sizes
 
 
+@pytest.mark.any_mpi
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU affinity is Linux-only")
 def test_ranks_bound_to_a_core_each_do_not_count_as_sharing_cores():
     """`bind_to="core"` (`mpiexec -bind-to core`, Open MPI's `--bind-to core`) gives each rank one CPU: ranks

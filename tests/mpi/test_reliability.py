@@ -54,6 +54,7 @@ def no_orphans(pattern: str) -> None:
 
 
 # -- 1. no silent hang -----------------------------------------------------------------------------------------
+@pytest.mark.any_mpi
 def test_skipped_call_times_out_with_details():
     """Rank 1 skips call #2: rank 0 raises CollectiveTimeoutError within the timeout naming the collective,
     algorithm, op index, peer, last completed op and sequence number (check off: inside the schedule; check on:
@@ -67,7 +68,7 @@ def test_skipped_call_times_out_with_details():
 
 
 # -- 3. mismatched calls ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("n", [2, pytest.param(3, marks=pytest.mark.any_mpi)])
 def test_mismatched_calls_raise_on_every_rank(n):
     res = result(run(app(n, "mismatch")))
     assert res["failures"] == 0, res["messages"]
@@ -98,6 +99,7 @@ def survivors(out: str) -> dict[int, tuple[float, str]]:
     return found
 
 
+@pytest.mark.any_mpi
 def test_rank_death_default_mpiexec_ends_the_job():
     t = time.monotonic()
     proc = run(app(3, "kill"), timeout=30)
@@ -107,6 +109,7 @@ def test_rank_death_default_mpiexec_ends_the_job():
     no_orphans(str(PROGRAM) + " kill")
 
 
+@pytest.mark.any_mpi
 def test_rank_death_fault_tolerant_survivors_raise():
     timeout = 2.0
     t = time.monotonic()
@@ -128,6 +131,7 @@ def test_rank_death_fault_tolerant_survivors_raise():
     no_orphans(str(PROGRAM) + " kill")
 
 
+@pytest.mark.any_mpi
 @pytest.mark.parametrize("cleanup", [True, False])
 def test_switch_daemon_death(cleanup):
     timeout = 2.0

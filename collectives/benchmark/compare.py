@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..transport.mpi_runtime import MPI
+from ..transport.mpi_library import MPI
 
 NATIVE_CALLS = {
     "allreduce": lambda mpi, x, out, root: mpi.Allreduce(MPI.IN_PLACE if out is x else x, out, MPI.SUM),

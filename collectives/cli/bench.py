@@ -100,7 +100,7 @@ def _options(args, world_size: int):
 def run(args) -> int:
     from ..benchmark.runner import Bench
     from ..transport import init
-    from ..transport.mpi_runtime import MPI
+    from ..transport.mpi_library import MPI
 
     comm = init(check=args.comm_check)
     try:

@@ -6,14 +6,14 @@ agreement.py (the call agreement), progress.py (the queue, Work, bounded waits),
 communicator's plans share), host.py (where the ranks run), shm/ (the arena, a rank's plan, its lowering and the
 plan runner), messages.py (point-to-point execution), placement.py and daemon.py (switch nodes), domains.py
 (scale-up domains), scratch.py (reusable work buffers). Importing this package loads MPI through
-mpi_runtime.py (mpi4py, initialised; a missing or mismatched MPI raises MPIRuntimeError saying what to install).
+mpi_library.py (mpi4py, initialised; a missing or mismatched MPI raises MPILibraryError saying what to install).
 """
 
 # isort: off
-from .mpi_runtime import MPIRuntimeError  # first: every way into the transport meets its checks
+from .mpi_library import MPILibraryError  # first: every way into the transport meets its checks
 from .communicator import Communicator, init
 from .errors import CollectiveTimeoutError, CommunicatorClosedError
 from .progress import Work
 # isort: on
 
-__all__ = ["CollectiveTimeoutError", "Communicator", "CommunicatorClosedError", "MPIRuntimeError", "Work", "init"]
+__all__ = ["CollectiveTimeoutError", "Communicator", "CommunicatorClosedError", "MPILibraryError", "Work", "init"]

@@ -23,7 +23,7 @@ from mpi4py import MPI
 from collectives import environment
 from collectives.transport import init
 from collectives.transport.messages import tag_base, tag_upper_bound
-from collectives.transport.mpi_runtime import describe
+from collectives.transport.mpi_library import describe
 
 comm = init(timeout=30)
 rank, p = comm.rank, comm.size

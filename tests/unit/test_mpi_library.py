@@ -1,4 +1,4 @@
-"""A missing or mismatched MPI gives an error that says what to install (collectives/transport/mpi_runtime.py).
+"""A missing or mismatched MPI gives an error that says what to install (collectives/transport/mpi_library.py).
 
 The checks are tested on stand-ins for mpi4py's MPI module, and the wiring for real in a fresh interpreter:
 `import collectives.transport` with no loadable libmpi, and as a lone process that a launcher claims to have
@@ -24,12 +24,12 @@ HYDRA = {"PMI_RANK": "0", "PMI_SIZE": "3", "PMI_FD": "9"}
 
 @pytest.fixture(scope="module")
 def runtime():
-    """collectives.transport.mpi_runtime (importing it loads MPI here, as test_scratch.py's import does)."""
+    """collectives.transport.mpi_library (importing it loads MPI here, as test_scratch.py's import does)."""
     try:
-        from collectives.transport import mpi_runtime
+        from collectives.transport import mpi_library
     except ImportError as exc:
         pytest.skip(f"no usable MPI here: {exc}")
-    return mpi_runtime
+    return mpi_library
 
 
 def fake_mpi(version: str, world_size: int = 1):
@@ -38,9 +38,9 @@ def fake_mpi(version: str, world_size: int = 1):
 
 
 def test_mpich_without_pmix_under_a_pmix_launcher_is_refused_before_mpi_init(runtime):
-    with pytest.raises(runtime.MPIRuntimeError, match=r"PMIx launcher.*MPI_Init would abort.*pip uninstall mpich"):
+    with pytest.raises(runtime.MPILibraryError, match=r"PMIx launcher.*MPI_Init would abort.*pip uninstall mpich"):
         runtime.check_before_init(fake_mpi(MPICH_WHEEL), PRTERUN)
-    assert issubclass(runtime.MPIRuntimeError, ImportError)
+    assert issubclass(runtime.MPILibraryError, ImportError)
     runtime.check_before_init(fake_mpi(MPICH_PMIX), PRTERUN)  # an MPICH built with PMIx starts there
     runtime.check_before_init(fake_mpi(MPICH_WHEEL), HYDRA)  # its own launcher
     runtime.check_before_init(fake_mpi(MPICH_WHEEL), {**PRTERUN, **HYDRA})  # a launcher offering PMI too
@@ -50,7 +50,7 @@ def test_mpich_without_pmix_under_a_pmix_launcher_is_refused_before_mpi_init(run
 
 def test_a_lone_process_that_the_launcher_counts_as_one_of_several_is_refused(runtime):
     for env, name in ((HYDRA, "PMI_SIZE=3"), (PRTERUN, "OMPI_COMM_WORLD_SIZE=3")):
-        with pytest.raises(runtime.MPIRuntimeError, match=rf"alone in MPI_COMM_WORLD.*{name}.*own mpiexec"):
+        with pytest.raises(runtime.MPILibraryError, match=rf"alone in MPI_COMM_WORLD.*{name}.*own mpiexec"):
             runtime.check_world(fake_mpi(OPEN_MPI, 1), env)
     runtime.check_world(fake_mpi(OPEN_MPI, 3), PRTERUN)  # the launcher's own MPI
     runtime.check_world(fake_mpi(MPICH_WHEEL, 5), {**HYDRA, "PMI_SIZE": "5"})  # app ranks and switch daemons
@@ -70,7 +70,7 @@ def test_no_mpi_library_says_what_to_install():
     proc = _import_transport(MPI4PY_LIBMPI="/nonexistent/libmpi.so")
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("collectives.transport.mpi_runtime.MPIRuntimeError: no MPI library found"), proc.stderr
+    assert last.startswith("collectives.transport.mpi_library.MPILibraryError: no MPI library found"), proc.stderr
     assert 'pip install "collectives[mpich]"' in last and "/nonexistent/libmpi.so" in last
 
 

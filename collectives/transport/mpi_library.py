@@ -5,7 +5,7 @@ install asks for one explicitly (`pip install "collectives[mpich]"`). Importing 
 MPI through `load()` first, so every way into the transport meets the same checks:
 
 * no mpi4py, or no MPI library for it (mpi4py's "cannot load MPI library"), or a library of an ABI mpi4py was
-  not built for: `MPIRuntimeError` naming what to install;
+  not built for: `MPILibraryError` naming what to install;
 * a launcher of another MPI, seen before MPI_Init where that init would abort the process: MPICH without PMIx
   support started by a PMIx launcher (Open MPI's mpirun, `srun --mpi=pmix`) aborts inside MPI_Init with
   "unsupported PMI version PMIx", so when mpi4py has not initialised MPI yet the library is looked at first
@@ -29,7 +29,7 @@ ON_A_CLUSTER = ("on a cluster, use its MPI instead (e.g. `module load openmpi`: 
                 "first on PATH) with no MPI wheel in the environment")
 
 
-class MPIRuntimeError(CollectivesError, ImportError):
+class MPILibraryError(CollectivesError, ImportError):
     """No usable MPI library, or a launcher that does not belong to the MPI library mpi4py loaded."""
 
 
@@ -68,11 +68,11 @@ def pmix_only_launcher(environ: dict[str, str]) -> bool:
 
 
 def check_before_init(mpi: ModuleType, environ: dict[str, str]) -> None:
-    """Raise MPIRuntimeError where MPI_Init would abort the process: MPICH built without PMIx, under a PMIx
+    """Raise MPILibraryError where MPI_Init would abort the process: MPICH built without PMIx, under a PMIx
     launcher. A cluster's MPICH built with PMIx (`--with-pmix` in its configure line) is let through."""
     text = mpi.Get_library_version()
     if text.lstrip().startswith("MPICH") and "pmix" not in text.lower() and pmix_only_launcher(environ):
-        raise MPIRuntimeError(
+        raise MPILibraryError(
             f"mpi4py loaded {describe(mpi)}, an MPICH built without PMIx support, but a PMIx launcher started "
             "this process (Open MPI's mpirun or mpiexec, or srun --mpi=pmix), so MPI_Init would abort. Launch with "
             "MPICH's own mpiexec (the one installed with that libmpi), or run on the launcher's MPI: if it is the "
@@ -80,14 +80,14 @@ def check_before_init(mpi: ModuleType, environ: dict[str, str]) -> None:
 
 
 def check_world(mpi: ModuleType, environ: dict[str, str]) -> None:
-    """Raise MPIRuntimeError if MPI_COMM_WORLD has one process while the launcher started several."""
+    """Raise MPILibraryError if MPI_COMM_WORLD has one process while the launcher started several."""
     told = launcher_size(environ)
     if told is None or told[0] <= 1 or environ.get("MPI4PY_CHECK_MPIEXEC", "").strip().lower() in ("0", "no",
                                                                                                    "false", "off"):
         return
     if mpi.COMM_WORLD.Get_size() == 1:
         size, name = told
-        raise MPIRuntimeError(
+        raise MPILibraryError(
             f"this process is alone in MPI_COMM_WORLD but its launcher started {size} ({name}={size}): the "
             f"mpiexec used is not the one of the MPI library mpi4py loaded ({describe(mpi)}), so every process "
             "would run as rank 0 of 1. Launch with that MPI's own mpiexec (`python -m mpi4py --mpi-library` and "
@@ -100,11 +100,11 @@ def _import_mpi() -> ModuleType:
     try:
         from mpi4py import MPI
     except RuntimeError as exc:  # mpi4py._mpiabi: "cannot load MPI library" and the paths it tried
-        raise MPIRuntimeError(
+        raise MPILibraryError(
             f"no MPI library found: mpi4py could not load libmpi ({' '.join(str(exc).split())}). Install one: "
             f"{SELF_CONTAINED}; {ON_A_CLUSTER}; or name it with MPI4PY_LIBMPI=/path/to/libmpi.so") from exc
     except ImportError as exc:  # an MPI library of another ABI than the one mpi4py's extension was built for
-        raise MPIRuntimeError(
+        raise MPILibraryError(
             f"mpi4py cannot use the MPI library it found: {exc}. Its extension was built for another MPI ABI than "
             "that libmpi's (check MPI4PY_MPIABI and MPI4PY_LIBMPI), or its MPI was removed. Install an MPI it "
             f"supports: {SELF_CONTAINED}; or rebuild mpi4py against the cluster's MPI: pip install "
@@ -113,12 +113,12 @@ def _import_mpi() -> ModuleType:
 
 
 def load(environ: dict[str, str] | None = None) -> ModuleType:
-    """mpi4py's MPI module, initialised, after the checks above (raises MPIRuntimeError)."""
+    """mpi4py's MPI module, initialised, after the checks above (raises MPILibraryError)."""
     environ = dict(os.environ) if environ is None else environ
     try:
         import mpi4py
     except ImportError as exc:
-        raise MPIRuntimeError(f"mpi4py is not installed in {sys.executable}: pip install mpi4py and an MPI: "
+        raise MPILibraryError(f"mpi4py is not installed in {sys.executable}: pip install mpi4py and an MPI: "
                               f"{SELF_CONTAINED}; {ON_A_CLUSTER}") from exc
     if "mpi4py.MPI" in sys.modules or not mpi4py.rc.initialize:
         mpi = _import_mpi()  # already initialised by mpi4py (or left to the user, who asked for that)
@@ -144,4 +144,4 @@ def load(environ: dict[str, str] | None = None) -> ModuleType:
 
 MPI = load()
 
-__all__ = ["MPI", "MPIRuntimeError", "describe", "load"]
+__all__ = ["MPI", "MPILibraryError", "describe", "load"]

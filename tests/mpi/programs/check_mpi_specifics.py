@@ -1,7 +1,7 @@
 """Run under mpiexec -n N (N >= 2): what the transport assumes of the MPI library, checked on the one it runs on.
 
-* TAG_UB: read from MPI_COMM_WORLD (Open MPI sets it there but not on communicators from Split_type); the
-  message executor's tags stay within it;
+* TAG_UB: read from MPI_COMM_WORLD (Open MPI sets it there but not on communicators from Split or Split_type,
+  the library's own included); the message executor's tags stay within it;
 * point-to-point on the library's own communicator: a tag of 32767 (the least TAG_UB the standard allows),
   any-source/any-tag receives reporting who sent what, and a message larger than the buffer raising ValueError
   (MPI's error class ERR_TRUNCATE, returned because the library's communicators return errors);
@@ -22,7 +22,7 @@ from mpi4py import MPI
 
 from collectives import environment
 from collectives.transport import init
-from collectives.transport.messages import tag_base, tag_upper_bound
+from collectives.transport.messages import tag_base
 from collectives.transport.mpi_library import describe
 
 comm = init(timeout=30)
@@ -36,12 +36,18 @@ def check(ok: bool, what: str) -> None:
 
 
 # -- TAG_UB ------------------------------------------------------------------------------------------------------
-ub = tag_upper_bound()
+ub = comm.runtime.tag_upper_bound
 world_ub = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB)
-check(ub >= 32767 and ub == world_ub, f"tag_upper_bound() {ub}, MPI_COMM_WORLD's TAG_UB {world_ub}")
+check(ub >= 32767 and ub == world_ub, f"the runtime's tag_upper_bound {ub}, MPI_COMM_WORLD's TAG_UB {world_ub}")
+duplicate = comm.runtime.duplicate()  # a Dup of the library's communicator
+check(duplicate.tag_upper_bound == ub, f"a duplicate runtime's tag upper bound {duplicate.tag_upper_bound}")
+duplicate.free()
+# Open MPI sets TAG_UB on MPI_COMM_WORLD (and its Dups) only: not on communicators from Split or Split_type, so
+# not on the library's (a Dup of init's Split of the world); hence the library reads MPI_COMM_WORLD's
 local = comm.mpi_comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
-split_ub = local.Get_attr(MPI.TAG_UB)  # None on Open MPI: why the library reads MPI_COMM_WORLD's
+split_ub = local.Get_attr(MPI.TAG_UB)
 local.Free()
+library_ub = comm.mpi_comm.Get_attr(MPI.TAG_UB)
 for slots in (2, 3, 9):
     for seq in (1, 2, 10**6, 10**9 + 7):
         last = tag_base(seq, slots, ub) + slots * slots - 1
@@ -90,6 +96,7 @@ gathered = comm.mpi_comm.gather(failures)
 if rank == 0:
     flat = [f for fs in gathered for f in fs]
     print("RESULT " + json.dumps({"failures": len(flat), "messages": flat, "library": describe(MPI),
-                                  "tag_ub": ub, "split_type_tag_ub": split_ub, "world_size": p,
+                                  "tag_ub": ub, "split_type_tag_ub": split_ub,
+                                  "library_comm_tag_ub": library_ub, "world_size": p,
                                   "shared_memory": comm.shared_memory}), flush=True)
 comm.close()

@@ -23,7 +23,7 @@ HYDRA = {"PMI_RANK": "0", "PMI_SIZE": "3", "PMI_FD": "9"}
 
 
 @pytest.fixture(scope="module")
-def runtime():
+def library():
     """collectives.transport.mpi_library (importing it loads MPI here, as test_scratch.py's import does)."""
     try:
         from collectives.transport import mpi_library
@@ -37,26 +37,26 @@ def fake_mpi(version: str, world_size: int = 1):
                            COMM_WORLD=SimpleNamespace(Get_size=lambda: world_size))
 
 
-def test_mpich_without_pmix_under_a_pmix_launcher_is_refused_before_mpi_init(runtime):
-    with pytest.raises(runtime.MPILibraryError, match=r"PMIx launcher.*MPI_Init would abort.*pip uninstall mpich"):
-        runtime.check_before_init(fake_mpi(MPICH_WHEEL), PRTERUN)
-    assert issubclass(runtime.MPILibraryError, ImportError)
-    runtime.check_before_init(fake_mpi(MPICH_PMIX), PRTERUN)  # an MPICH built with PMIx starts there
-    runtime.check_before_init(fake_mpi(MPICH_WHEEL), HYDRA)  # its own launcher
-    runtime.check_before_init(fake_mpi(MPICH_WHEEL), {**PRTERUN, **HYDRA})  # a launcher offering PMI too
-    runtime.check_before_init(fake_mpi(MPICH_WHEEL), {})  # a singleton
-    runtime.check_before_init(fake_mpi(OPEN_MPI), PRTERUN)
+def test_mpich_without_pmix_under_a_pmix_launcher_is_refused_before_mpi_init(library):
+    with pytest.raises(library.MPILibraryError, match=r"PMIx launcher.*MPI_Init would abort.*pip uninstall mpich"):
+        library.check_before_init(fake_mpi(MPICH_WHEEL), PRTERUN)
+    assert issubclass(library.MPILibraryError, ImportError)
+    library.check_before_init(fake_mpi(MPICH_PMIX), PRTERUN)  # an MPICH built with PMIx starts there
+    library.check_before_init(fake_mpi(MPICH_WHEEL), HYDRA)  # its own launcher
+    library.check_before_init(fake_mpi(MPICH_WHEEL), {**PRTERUN, **HYDRA})  # a launcher offering PMI too
+    library.check_before_init(fake_mpi(MPICH_WHEEL), {})  # a singleton
+    library.check_before_init(fake_mpi(OPEN_MPI), PRTERUN)
 
 
-def test_a_lone_process_that_the_launcher_counts_as_one_of_several_is_refused(runtime):
+def test_a_lone_process_that_the_launcher_counts_as_one_of_several_is_refused(library):
     for env, name in ((HYDRA, "PMI_SIZE=3"), (PRTERUN, "OMPI_COMM_WORLD_SIZE=3")):
-        with pytest.raises(runtime.MPILibraryError, match=rf"alone in MPI_COMM_WORLD.*{name}.*own mpiexec"):
-            runtime.check_world(fake_mpi(OPEN_MPI, 1), env)
-    runtime.check_world(fake_mpi(OPEN_MPI, 3), PRTERUN)  # the launcher's own MPI
-    runtime.check_world(fake_mpi(MPICH_WHEEL, 5), {**HYDRA, "PMI_SIZE": "5"})  # app ranks and switch daemons
-    runtime.check_world(fake_mpi(MPICH_WHEEL, 1), {"PMI_SIZE": "1"})
-    runtime.check_world(fake_mpi(MPICH_WHEEL, 1), {})  # a singleton nobody launched
-    runtime.check_world(fake_mpi(OPEN_MPI, 1), {**HYDRA, "MPI4PY_CHECK_MPIEXEC": "0"})  # mpi4py's switch
+        with pytest.raises(library.MPILibraryError, match=rf"alone in MPI_COMM_WORLD.*{name}.*own mpiexec"):
+            library.check_world(fake_mpi(OPEN_MPI, 1), env)
+    library.check_world(fake_mpi(OPEN_MPI, 3), PRTERUN)  # the launcher's own MPI
+    library.check_world(fake_mpi(MPICH_WHEEL, 5), {**HYDRA, "PMI_SIZE": "5"})  # app ranks and switch daemons
+    library.check_world(fake_mpi(MPICH_WHEEL, 1), {"PMI_SIZE": "1"})
+    library.check_world(fake_mpi(MPICH_WHEEL, 1), {})  # a singleton nobody launched
+    library.check_world(fake_mpi(OPEN_MPI, 1), {**HYDRA, "MPI4PY_CHECK_MPIEXEC": "0"})  # mpi4py's switch
 
 
 def _import_transport(**env) -> subprocess.CompletedProcess:

@@ -93,7 +93,7 @@ def save(tables: list[dict], path: str | Path, source: str) -> Path:
 
 def describe(comm, dtype) -> str:
     """Where a table was measured, for its `source`."""
-    from mpi4py import MPI
+    from ..transport.mpi_library import MPI
 
     h = comm.host
     return (f"collectives calibrate --decisions: {comm.size} ranks, {h.ranks_per_host} per host on {h.cores} cores, "

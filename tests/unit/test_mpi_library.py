@@ -1,7 +1,7 @@
 """A missing or mismatched MPI gives an error that says what to install (collectives/transport/mpi_library.py).
 
 The checks are tested on stand-ins for mpi4py's MPI module, and the wiring for real in a fresh interpreter:
-`import collectives.transport` with no loadable libmpi, and as a lone process that a launcher claims to have
+`collectives.init()` (the first communicator over MPI loads it) with no loadable libmpi, and as a lone process that a launcher claims to have
 started with two others (one MPI singleton init, no launcher).
 """
 
@@ -59,25 +59,38 @@ def test_a_lone_process_that_the_launcher_counts_as_one_of_several_is_refused(li
     library.check_world(fake_mpi(OPEN_MPI, 1), {**HYDRA, "MPI4PY_CHECK_MPIEXEC": "0"})  # mpi4py's switch
 
 
-def _import_transport(**env) -> subprocess.CompletedProcess:
+def _run(code: str, **env) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_COMM_WORLD"))}
-    return subprocess.run([sys.executable, "-c", "import collectives.transport"], capture_output=True, text=True,
-                          timeout=120, env={**clean, **env})
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**clean, **env})
+
+
+def _init_communicator(**env) -> subprocess.CompletedProcess:
+    return _run("import collectives; collectives.init()", **env)
+
+
+def test_importing_the_transport_loads_no_mpi():
+    """The transport also runs on torch's store (no MPI launcher): importing it must not load or initialise MPI,
+    so a missing libmpi only matters to a communicator over MPI."""
+    proc = _run("import sys, collectives.transport, collectives.torch; "
+                "print(sorted(m for m in sys.modules if m.startswith('mpi4py.MPI')))",
+                MPI4PY_LIBMPI="/nonexistent/libmpi.so")
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr
 
 
 def test_no_mpi_library_says_what_to_install():
     pytest.importorskip("mpi4py")
-    proc = _import_transport(MPI4PY_LIBMPI="/nonexistent/libmpi.so")
+    proc = _init_communicator(MPI4PY_LIBMPI="/nonexistent/libmpi.so")
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("collectives.transport.mpi_library.MPILibraryError: no MPI library found"), proc.stderr
+    assert last.startswith("collectives.transport.errors.MPILibraryError: no MPI library found"), proc.stderr
     assert 'pip install "collectives[mpich]"' in last and "/nonexistent/libmpi.so" in last
 
 
-def test_a_singleton_whose_launcher_counted_three_fails_at_import():
-    """A real MPI_Init without a launcher, told PMI_SIZE=3 (what another MPI's mpiexec sets): the import fails."""
+def test_a_singleton_whose_launcher_counted_three_fails_at_init():
+    """A real MPI_Init without a launcher, told PMI_SIZE=3 (what another MPI's mpiexec sets): init() fails."""
     pytest.importorskip("mpi4py")
-    proc = _import_transport(PMI_SIZE="3")
+    proc = _init_communicator(PMI_SIZE="3")
     last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
     if "no MPI library found" in last:
         pytest.skip("no MPI library in this environment")

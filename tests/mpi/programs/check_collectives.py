@@ -224,7 +224,8 @@ def run(args) -> int:
             algos = [a for a in algos if a in args.only]
         for algorithm in algos:
             for dtype in DTYPES:
-                if algorithm == "native" and dtype == BFLOAT16:
+                # MPI has no bfloat16 type: its reductions refuse it, its data movements carry it as bytes
+                if algorithm == "native" and dtype == BFLOAT16 and collective not in ("allgather", "broadcast"):
                     try:
                         getattr(comm, collective)(np.zeros(4 * p, dtype), algorithm="native")
                         chk.fail(f"{collective}/native/bfloat16 did not raise")

@@ -49,7 +49,8 @@ class Pattern:
     def _reference(self, rows: list[np.ndarray]) -> np.ndarray:
         if self.dtype.kind in "iu":
             acc = [r.astype(self.dtype) for r in rows]
-            ufunc = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}[self.op]
+            ufunc = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum,
+                     "band": np.bitwise_and, "bor": np.bitwise_or, "bxor": np.bitwise_xor}[self.op]
             with np.errstate(over="ignore"):
                 return ufunc.reduce(np.stack(acc), axis=0).astype(self.dtype)
         stack = np.stack([r.astype(np.float64) for r in rows])

@@ -31,9 +31,20 @@ def _available() -> dict[str, object]:
     return mods
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("collectives")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "(not installed)"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="collectives", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"collectives {_version()}",
+                        help="print the installed version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = argv[0] if argv and argv[0] in SUBCOMMANDS else None
     mods = {wanted: importlib.import_module(SUBCOMMANDS[wanted])} if wanted else _available()

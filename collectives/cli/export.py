@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from ..registry import parse_param_value
-from .simulate import add_topology_args, load_topology
+from . import arguments
 
 FORMATS = ("msccl",)
 
@@ -20,14 +19,15 @@ def add_parser(sub) -> None:
                                    "MSCCL-IR XML). The count defaults to the smallest one at which the schedule's "
                                    "chunks scale with the call's size, so the file runs at every size the executor "
                                    "accepts.")
-    p.add_argument("algorithm", help="a registered algorithm (see `collectives verify --list`)")
+    p.add_argument("algorithm", help="a registered algorithm, with parameters as in --algorithms elsewhere: ring or "
+                                     "ring:chunks=2 (`collectives verify --list` lists them)")
     p.add_argument("--world-size", type=int, default=None, metavar="N",
                    help="ranks (GPUs); default: the topology's, when one is given")
     p.add_argument("--format", choices=FORMATS, default="msccl", help="output format (default msccl)")
-    p.add_argument("--collective", default="allreduce")
+    arguments.add_collective(p)
     p.add_argument("--count", type=int, default=None,
                    help="elements per rank to build at (default: the smallest at which its chunks scale)")
-    p.add_argument("--root", type=int, default=None, help="root rank of broadcast and reduce (default 0)")
+    p.add_argument("-r", "--root", type=int, default=None, help="root rank of broadcast and reduce (default 0)")
     p.add_argument("--proto", choices=("Simple", "LL", "LL128"), default="Simple", help="MSCCL protocol")
     p.add_argument("--channels", type=int, default=1,
                    help="channels to spread each GPU's connections over (default 1)")
@@ -36,13 +36,14 @@ def add_parser(sub) -> None:
                       help="write the in-place program (default for allreduce-like collectives)")
     mode.add_argument("--outofplace", dest="inplace", action="store_false",
                       help="write the out-of-place program (copies the input in and the output out)")
-    p.add_argument("--min-bytes", type=int, default=0, help="minBytes: smallest call the executor picks it for")
-    p.add_argument("--max-bytes", type=int, default=0, help="maxBytes: largest call (0: no limit)")
+    p.add_argument("--min-bytes", type=arguments.parse_size, default=0, metavar="SIZE",
+                   help="the file's minBytes: smallest call the MSCCL executor picks it for (default 0)")
+    p.add_argument("--max-bytes", type=arguments.parse_size, default=0, metavar="SIZE",
+                   help="the file's maxBytes: largest call the MSCCL executor picks it for (default 0: no limit)")
     p.add_argument("--max-steps", type=int, default=None,
                    help="steps per threadblock your executor was built for (MSCCL_MAX_NUM_STEPS; default 256)")
-    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                   help="builder parameter, e.g. --param chunks=2 (repeatable)")
-    add_topology_args(p)
+    arguments.add_param(p)
+    arguments.add_topology(p, default=None)
     p.add_argument("--out", default=None, metavar="FILE", help="write here instead of standard output")
     p.add_argument("--no-check", action="store_true", help="skip reading the file back and verifying it")
 
@@ -52,14 +53,16 @@ def run(args) -> int:
     from ..msccl import exact_count, read, write
     from ..verifier import verify
 
-    params = {}
-    for kv in args.param:
-        if "=" not in kv:
-            print(f"collectives export: error: --param takes KEY=VALUE, got {kv!r}", file=sys.stderr)
-            return 2
-        k, v = kv.split("=", 1)
-        params[k.strip()] = parse_param_value(v.strip())
-    topology = load_topology(args) if args.preset or args.topology else None
+    try:
+        spec = arguments.parse_algorithm(args.algorithm)
+        if spec.name in algorithms.names():
+            arguments.check_parameters(spec.name, spec.params)
+        params = {**arguments.parse_params(args.param), **spec.params}
+    except ValueError as exc:
+        print(f"collectives export: error: {exc}", file=sys.stderr)
+        return 2
+    args.algorithm = spec.name
+    topology = arguments.topology(args, default=None)
     if topology is None and algorithms.info(args.algorithm).needs_topology:
         print(f"collectives export: error: {args.algorithm} needs a topology: give --preset (with --nodes, --racks "
               "or --ranks to size it) or --topology", file=sys.stderr)

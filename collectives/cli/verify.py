@@ -3,53 +3,39 @@ file, in every call mode it declares (in place, out of place)."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
 
 from ..errors import ScheduleError
-from ..registry import parse_param_value
+from . import arguments
 
 
 def parse_range(text: str) -> list[int]:
-    """'1-64', '8', '1,2,4-8' -> sorted list of ints."""
-    out: set[int] = set()
-    try:
-        for part in text.split(","):
-            part = part.strip()
-            if "-" in part:
-                a, b = part.split("-", 1)
-                out.update(range(int(a), int(b) + 1))
-            elif part:
-                out.add(int(part))
-    except ValueError:
-        out = set()
-    if not out or min(out) < 1:
-        raise argparse.ArgumentTypeError(f"world sizes must be integers >= 1, like 1-64 or 2,4,8; got {text!r}")
-    return sorted(out)
+    """'1:64', '1-64', '8', '1,2,4:8' -> sorted list of ints (arguments.parse_world_sizes)."""
+    return arguments.parse_world_sizes(text)
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("verify", help="prove an algorithm's schedule (or an MSCCL-IR file) correct",
                        description="Build NAME's schedule for each world size and verify it symbolically; or read "
                                    "an MSCCL-IR file (--msccl FILE) and verify it in each call mode it declares.")
-    p.add_argument("name", help="algorithm name (see `collectives verify --list`)", nargs="?")
+    p.add_argument("name", nargs="?",
+                   help="algorithm, with parameters as in --algorithms elsewhere: ring or ring:chunks=4 "
+                        "(`collectives verify --list` lists them)")
     p.add_argument("--msccl", metavar="FILE", default=None,
                    help="verify an MSCCL-IR XML file instead (what MSCCLang, TACCL, TE-CCL write; RCCL and the MSCCL "
                         "executor run); errors name the GPU, threadblock and step")
     p.add_argument("--mode", choices=("both", "inplace", "outofplace"), default="both",
                    help="with --msccl: the call modes to verify (default: every mode the file declares)")
     p.add_argument("--list", action="store_true", help="list algorithms per collective and exit")
-    p.add_argument("--collective", default="allreduce")
-    p.add_argument("--world-sizes", type=parse_range, default=parse_range("1-16"), metavar="RANGE",
-                   help="e.g. 1-64 or 2,4,8 (default 1-16)")
+    arguments.add_collective(p)
+    arguments.add_world_sizes(p)
     p.add_argument("--count", type=int, default=None,
                    help="elements per rank (default: 3p+1, or 3p for reduce_scatter and alltoall; with --msccl: "
                         "the smallest count the executor runs the file at)")
     p.add_argument("--itemsize", type=int, default=4, help="bytes per element for the byte counts (default 4)")
-    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                   help="builder parameter, e.g. --param chunks=4 (repeatable)")
+    arguments.add_param(p)
 
 
 def shape(args, p: int) -> dict:
@@ -113,21 +99,19 @@ def run(args) -> int:
         for c in COLLECTIVES:
             print(f"{c:15s} {', '.join(algorithms.names(c))}")
         return 0
-    params = {}
-    for kv in args.param:
-        if "=" not in kv:
-            print(f"error: --param takes KEY=VALUE, got {kv!r}", file=sys.stderr)
-            return 2
-        k, v = kv.split("=", 1)
-        params[k] = parse_param_value(v)
     try:
-        algorithms.info(args.name)
+        spec = arguments.parse_algorithm(args.name)
+        if spec.name in algorithms.names():
+            arguments.check_parameters(spec.name, spec.params)
+        params = {**arguments.parse_params(args.param), **spec.params}
+        algorithms.info(spec.name)
         # usage errors that would repeat on every row: check them once, on the smallest world size
         p0 = args.world_sizes[0]
-        algorithms.build(args.name, collective=args.collective, world_size=p0, **shape(args, p0), **params)
+        algorithms.build(spec.name, collective=args.collective, world_size=p0, **shape(args, p0), **params)
     except ValueError as exc:
         print(f"collectives verify: error: {exc}", file=sys.stderr)
         return 2
+    args.name = spec.name
     print(f"# {args.name} {args.collective}" + (f" {params}" if params else ""))
     print(f"# {'ranks':>6} {'count':>8} {'steps':>7} {'messages':>10} {'max B/rank':>12}  result")
     failures = 0

@@ -228,11 +228,28 @@ def transport_fixed_costs(comm, quick: bool = False) -> dict[str, float]:
             "call_overhead_s": max(t_ar - rounds * per_round, 0.0)}
 
 
+# the transport's costs are measured in this many independent trials (the median is kept; see host_load.Trials)
+TRIALS = 3
+# quantities whose trials judge the measurement's stability (round_s is a difference of two small times: noisy
+# in relative terms even on a quiet host, and priced as latency only)
+JUDGED = ("transport_round_s", "copy_round", "reduce_round")
+
+
 def calibrate(comm, quick: bool = False, log=None) -> dict:
-    """Run every measurement (collective over `comm`'s ranks); returns the raw numbers (same on every rank)."""
+    """Run every measurement (collective over `comm`'s ranks); returns the raw numbers (same on every rank),
+    with "quality": the CPU shares probed (host_load.HostLoad), the trials of the transport's costs, and
+    "warnings" (empty when the measurement can be trusted)."""
+    import socket
+
+    from ..units import human
+    from .host_load import HostLoad, Trials, expected_share, verdict
+
     say = log or (lambda msg: None)
+    host = comm.host
+    load = HostLoad(expected_share(host.ranks_per_host, host.cores), host.cores, host.ranks_per_host)
     mpi_comm = comm.mpi_comm.Dup()
     try:
+        load.probe(mpi_comm)
         say("point-to-point ping-pong ...")
         pp = pingpong(mpi_comm, quick=quick)
         a, B = fit_latency_bandwidth([(n, t) for n, t in pp if n >= 512] or pp)
@@ -244,31 +261,49 @@ def calibrate(comm, quick: bool = False, log=None) -> dict:
         say("reduction kernels ...")
         red_curve = reduce_curve(mpi_comm, quick=quick)
         red = {d: float(np.exp(np.mean(np.log([bw for _, bw in pts])))) for d, pts in red_curve.items()}
-        say("transport round and call costs ...")
-        fixed = transport_fixed_costs(comm, quick=quick)
-        say("copy and reduce rounds through the transport ...")
-        window = window_rounds(comm, fixed, quick=quick)
+        judged, unjudged = Trials(), Trials()
+        trials = 2 if quick else TRIALS
+        sizes = []
+        for t in range(trials):
+            say(f"the transport's round and call costs, copy and reduce rounds: trial {t + 1} of {trials} ...")
+            fixed_t = transport_fixed_costs(comm, quick=quick)
+            for k, v in fixed_t.items():
+                (judged if k in JUDGED else unjudged).add(k, v)
+            window_t = window_rounds(comm, fixed_t, quick=quick)
+            for name, pts in window_t.items():
+                for D, sec in pts:
+                    judged.add(f"{name} {human(D)}", sec)
+            sizes = [D for D, _ in window_t.get("copy_round", [])]
+            load.probe(mpi_comm)
     finally:
         mpi_comm.Free()
-    host = comm.host
+    fixed = {k: (judged if k in JUDGED else unjudged).median(k)
+             for k in ("transport_round_s", "round_s", "call_overhead_s")}
+    window = {name: [[D, judged.median(f"{name} {human(D)}")] for D in sizes]
+              for name in ("copy_round", "reduce_round")}
+    warnings = verdict(load, judged) if comm.size > 1 else []
+    hosts = comm.mpi_comm.allgather(socket.gethostname())
     return {"ranks": comm.size, "oversubscribed": host.oversubscribed, "comm_check": comm.check,
-            "cores": host.cores, "ranks_per_host": host.ranks_per_host,
+            "cores": host.cores, "ranks_per_host": host.ranks_per_host, "hosts": sorted(set(hosts)),
             "pingpong_one_way_s": [[n, t] for n, t in pp], "p2p_latency_s": a, "p2p_bandwidth": B,
             "exchange_s": [[n, t] for n, t in ex], "exchange_latency_s": ex_a, "exchange_bandwidth": ex_B,
             "memcpy_bandwidth": copy_bw, "reduce_bandwidth": red, "reduce_curve": red_curve, "window_s": window,
+            "quality": {"load": load.to_dict(), "trials": judged.summary(), "warnings": warnings},
             **fixed}
 
 
 def topology_from(numbers: dict):
     """The loopback topology (a Cluster) carrying the calibrated numbers."""
-    from ..topology import preset
+    from ..topology import cluster
 
     red = dict(numbers["reduce_bandwidth"])
     red["default"] = red.get("float32", min(red.values()))
     hop = max(numbers["transport_round_s"], numbers["exchange_latency_s"]) / 2
-    return preset("loopback", ranks=numbers["ranks"], nvlink_bandwidth=numbers["exchange_bandwidth"],
-                  nvlink_latency=hop, reduce_bandwidth=red,
-                  description=f"this host, calibrated with {numbers['ranks']} ranks"
+    # preset("loopback")'s shape, built directly: the preset would also read the default calibration file, which
+    # another rank of this job may be writing at that moment (and an older calibration must not leak in)
+    return cluster(name="loopback", domains=1, gpus_per_domain=numbers["ranks"], nvls=False, levels=0, sharp=None,
+                   nvlink_bandwidth=numbers["exchange_bandwidth"], nvlink_latency=hop, reduce_bandwidth=red,
+                   description=f"this host, calibrated with {numbers['ranks']} ranks"
                               f"{' (oversubscribed)' if numbers['oversubscribed'] else ''}: "
                               f"exchange {numbers['exchange_latency_s'] * 1e6:.1f} us + n / "
                               f"{numbers['exchange_bandwidth'] / 1e9:.2f} GB/s, transport round "
@@ -283,7 +318,7 @@ def calibration_entry(numbers: dict) -> dict:
             "p2p_latency_s": numbers["p2p_latency_s"], "p2p_bandwidth": numbers["p2p_bandwidth"],
             "memcpy_bandwidth": numbers["memcpy_bandwidth"], "window_s": numbers["window_s"],
             "round_s": numbers["round_s"], "call_overhead_s": numbers["call_overhead_s"],
-            **{k: numbers[k] for k in ("cores", "ranks_per_host", "comm_check") if k in numbers}}
+            **{k: numbers[k] for k in ("cores", "ranks_per_host", "comm_check", "hosts", "quality") if k in numbers}}
 
 
 def _interp(points: list, x: float) -> float:
@@ -299,6 +334,11 @@ def window_overrides(calibration: dict, nbytes: int, dtype: str) -> dict:
     dtypes scaled by the kernels' measured throughput ratio), hop latency half the per-round cost."""
     w = calibration["window_s"]
     p = calibration["ranks"]
+    # Below the smallest size measured, the rates of that size: a round of fewer bytes takes proportionally
+    # less time (its fixed part is the hop latency). Clamping the round's *time* instead charged an 8-byte
+    # round as a 64 KiB one, 3-6x the measured call.
+    smallest = min((pts[0][0] for pts in w.values() if pts), default=nbytes)
+    nbytes = max(nbytes, smallest)
     m = nbytes / p
     if "copy_round" in w:
         copy_round, reduce_round = (_interp(w[k], nbytes) for k in ("copy_round", "reduce_round"))

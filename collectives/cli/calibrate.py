@@ -1,11 +1,17 @@
 """`collectives calibrate`: measure this host under mpiexec and write the loopback topology the simulator uses.
 
     mpiexec -n 4 collectives calibrate --out loopback.json
+    mpiexec -n 4 collectives bench allreduce -b 8 -e 32M -f 4 --predict loopback.json
 
-Writes the topology to --out (if given) and, unless --no-default, to the calibration file
-`preset("loopback")` reads: $COLLECTIVES_CALIBRATION, else ~/.cache/collectives/loopback.json (see
-collectives.topology.calibration_path). Calibrate with the rank count you will benchmark with: with more ranks
-than cores the ranks share cores, and that is part of what gets measured.
+Writes only where asked: --out FILE, and with --default the file `preset("loopback")` and the transport's
+chooser read ($COLLECTIVES_CALIBRATION, else ~/.cache/collectives/loopback.json). Without either it measures
+and prints. Calibrate with the rank count you will benchmark with (with more ranks than cores the ranks share
+cores, and that is part of what gets measured); `bench --predict` warns when the counts or hosts differ.
+
+The measurement checks itself: each part runs in repeated trials and takes their median, trials far from it
+are rejected, and every rank's share of the CPU is probed before and after. When other processes took the CPU
+or the trials disagree, calibrate says so on stderr and records it in the file, and bench --predict repeats
+the warning next to its predictions.
 """
 
 from __future__ import annotations
@@ -14,19 +20,21 @@ import argparse
 import json
 import sys
 
+from . import arguments
 from .job_errors import abort_job_on_error
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("calibrate", help="measure this host under mpiexec and write a loopback topology",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", metavar="FILE", help="write the topology here (JSON, collectives.topology.load reads it)")
-    p.add_argument("--no-default", action="store_true",
-                   help="do not also write the default calibration file (preset('loopback') reads that one)")
+    p.add_argument("--out", metavar="FILE",
+                   help="write the calibrated topology here (JSON: bench --predict FILE and --topology FILE read it)")
+    p.add_argument("--default", action="store_true",
+                   help="also write the default calibration file, which preset('loopback') and the transport's "
+                        "chooser read: $COLLECTIVES_CALIBRATION, else ~/.cache/collectives/loopback.json")
+    p.add_argument("--no-default", action="store_true", help=argparse.SUPPRESS)  # the default since --default
     p.add_argument("--quick", action="store_true", help="fewer repetitions (for tests; noisier)")
-    p.add_argument("--comm-check", default="off", choices=("off", "metadata", "full"),
-                   help="the call agreement of the communicator whose fixed costs are measured: use the one "
-                        "`collectives bench --comm-check` will run with (default off, as bench's)")
+    arguments.add_comm_check(p, "whose fixed costs are measured (use the one bench will run with)")
     p.add_argument("--json", metavar="FILE", help="also write the raw measurements as JSON")
     p.add_argument("--decisions", metavar="FILE",
                    help="instead: measure which algorithm (or MPI's own collective) is fastest here per collective "
@@ -82,7 +90,7 @@ def run(args) -> int:
                 print(f"# {msg}", file=sys.stderr, flush=True)
 
         targets = [args.out] if args.out else []
-        if not args.no_default:
+        if args.default:
             targets.append(str(calibration_path()))
         try:
             numbers, topo, written = measure_and_save(comm, targets, args.quick, args.json, log)
@@ -92,6 +100,7 @@ def run(args) -> int:
             return 2
         if comm.rank == 0:
             _report(numbers, topo, written)
+            _warn(numbers)
         return 0
     finally:
         comm.close()
@@ -170,5 +179,32 @@ def _report(numbers: dict, topo, written: list[str]) -> None:
     spec = topo.to_dict()
     print(f"topology                 : loopback, nvlink_bandwidth {spec['nvlink_bandwidth'] / 1e9:.3f} GB/s, "
           f"nvlink_latency {spec['nvlink_latency'] * 1e6:.2f} us per hop (2 hops per message)")
+    q = numbers.get("quality", {})
+    shares = q.get("load", {}).get("cpu_shares", [])
+    if shares:
+        print(f"CPU share per rank       : {', '.join(f'{s:.0%}' for s in shares)} when probed (a quiet host gives "
+              f"{q['load']['expected_share']:.0%})")
+    spreads = [(n, max(t['trials']) / min(t['trials'])) for n, t in q.get("trials", {}).items()
+               if len(t["trials"]) > 1 and min(t["trials"]) > 0]
+    if spreads:
+        n, worst = max(spreads, key=lambda t: t[1])
+        rejected = sum(t["rejected"] for t in q["trials"].values())
+        print(f"trials                   : {len(next(iter(q['trials'].values()))['trials'])} per quantity, medians "
+              f"kept; widest spread {worst:.2f}x ({n}); {rejected} outlier trial(s) rejected")
     for path in written:
         print(f"wrote {path}")
+    if not written:
+        print("nothing written: give --out FILE (bench --predict FILE reads it), or --default for the file "
+              "preset('loopback') reads")
+
+
+def _warn(numbers: dict) -> None:
+    """The measurement's own verdict (benchmark/host_load.py), on stderr, with what to do."""
+    from ..benchmark.host_load import WHAT_TO_DO
+
+    warnings = numbers.get("quality", {}).get("warnings", [])
+    for why in warnings:
+        print(f"collectives calibrate: warning: this host was too busy to measure reliably: {why}", file=sys.stderr)
+    if warnings:
+        print("collectives calibrate: warning: predictions from this calibration can be several times off; "
+              + WHAT_TO_DO, file=sys.stderr, flush=True)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..registry import parse_param_value
+from ..units import human
 from . import format as fmt
 from .data import Pattern, count_wrong
 
@@ -37,35 +37,6 @@ class AlgoSpec:
         if not self.params:
             return self.name
         return self.name + ":" + ":".join(f"{k}={v}" for k, v in self.params.items())
-
-
-
-
-def parse_algorithms(text: str, collective: str) -> list[AlgoSpec]:
-    """'native,auto,ring:chunks=4' -> specs; raises ValueError naming the valid choices."""
-    from .. import registry
-
-    valid = registry.names(collective)
-    specs = []
-    for item in (t.strip() for t in text.split(",")):
-        if not item:
-            continue
-        name, *kvs = item.split(":")
-        params = {}
-        for kv in kvs:
-            if "=" not in kv:
-                raise ValueError(f"algorithm parameter {kv!r} in {item!r} is not KEY=VALUE")
-            k, v = kv.split("=", 1)
-            params[k.strip()] = parse_param_value(v.strip())
-        if name not in ("native", "auto") and name not in valid:
-            raise ValueError(f"unknown algorithm {name!r} for {collective}; choose from native, auto, "
-                             f"{', '.join(valid)}")
-        if name in ("native", "auto") and params:
-            raise ValueError(f"{name} takes no parameters, got {item!r}")
-        specs.append(AlgoSpec(name, params))
-    if not specs:
-        raise ValueError("--algorithms is empty")
-    return specs
 
 
 @dataclass
@@ -110,6 +81,10 @@ class Predictor:
 
         self.path = path
         self.world_size = world_size
+        if not os.path.isfile(path):
+            raise FileNotFoundError(
+                f"no calibration file {path}: run `mpiexec -n {world_size} collectives calibrate --out {path}` "
+                "first, or add --calibrate to this bench to calibrate in the same launch")
         self.topology = _resize(load(path), world_size)
         with open(path) as f:
             self.calibration = json.load(f).get("calibration")  # size-dependent curves (collectives calibrate)
@@ -135,6 +110,27 @@ class Predictor:
             seconds = float(simulate(algorithm, topo, nbytes, **kw).time)
             self._cache[key] = seconds + self.call_overhead
         return self._cache[key]
+
+    def warnings(self, hosts: list[str]) -> list[str]:
+        """Why predictions from this file may not fit this job: another rank count or host, or a calibration
+        that found the host too busy (its own verdict, benchmark/host_load.py)."""
+        c = self.calibration
+        if not c:
+            return [f"{self.path} holds a topology but no calibration of this host: predictions use its fixed "
+                    "parameters (run `collectives calibrate --out FILE`)"]
+        out = []
+        ranks = c.get("ranks")
+        if ranks is not None and ranks != self.world_size:
+            out.append(f"{self.path} was calibrated with {ranks} ranks and this job has {self.world_size}: ranks "
+                       "share cores and caches differently, so predictions can be far off; recalibrate with "
+                       f"`mpiexec -n {self.world_size} collectives calibrate --out {self.path}`")
+        theirs = c.get("hosts")
+        if theirs is not None and sorted(set(hosts)) != sorted(theirs):
+            out.append(f"{self.path} was calibrated on {', '.join(theirs)} and this job runs on "
+                       f"{', '.join(sorted(set(hosts)))}: recalibrate on this host")
+        out += [f"{self.path}: calibrate found the host too busy to measure reliably: {w}"
+                for w in c.get("quality", {}).get("warnings", [])]
+        return out
 
     @property
     def call_overhead(self) -> float:
@@ -287,14 +283,24 @@ class Bench:
     def hosts(self) -> list[tuple[int, int, str]]:
         return self.ctl.gather((self.rank, os.getpid(), socket.gethostname()), root=0) or []
 
+    def host_names(self, hosts: list[tuple[int, int, str]]) -> list[str]:
+        return self.ctl.bcast(sorted({h for _, _, h in hosts}) if self.rank == 0 else None, root=0)
+
     def run_nccl(self) -> int:
+        from .host_load import BUSY_SHARE, HostLoad, expected_share
+
         o = self.opts
         hosts = self.hosts()
+        has_in_place = o.in_place and o.collective not in ("reduce_scatter", "allgather")
+        warnings = self.predictor.warnings(self.host_names(hosts)) if self.predictor is not None else []
         for line in fmt.header(collective=o.collective, world_size=self.p, min_bytes=o.sizes[0],
-                               max_bytes=o.max_bytes if o.max_bytes is not None else o.sizes[-1], step=o.step, warmup=o.warmup, iters=o.iters,
-                               check=int(o.check), stat=o.stat, hosts=hosts, predict=o.predict,
-                               comm_check=self.comm.check):
+                               max_bytes=o.max_bytes if o.max_bytes is not None else o.sizes[-1], step=o.step,
+                               warmup=o.warmup, iters=o.iters, check=int(o.check), stat=o.stat, hosts=hosts,
+                               predict=o.predict, comm_check=self.comm.check,
+                               predicted_column="in-place" if has_in_place else "out-of-place"):
             self.emit(line)
+        for w in warnings:
+            self.emit(f"# warning: {w}")
         for spec in o.algorithms:
             why = self.skip_reason(spec)
             if why:
@@ -302,36 +308,65 @@ class Bench:
         type_name = fmt.NCCL_TYPE_NAMES.get(_dtype_name(o.dtype), _dtype_name(o.dtype))
         redop = o.op if o.collective in fmt.REDUCING else "none"
         root = o.root if o.collective in fmt.ROOTED else -1
-        has_in_place = o.in_place and o.collective not in ("reduce_scatter", "allgather")
+        host = self.comm.host
+        load = HostLoad(expected_share(host.ranks_per_host, host.cores), host.cores, host.ranks_per_host)
+        busy_sizes: list[int] = []
+        errors: dict[str, list[float]] = {}
         for nbytes_asked in o.sizes:
             count = self.count_for(nbytes_asked)
             nbytes = count * o.dtype.itemsize
+            if load.probe(self.ctl) < BUSY_SHARE * load.expected:
+                busy_sizes.append(nbytes)
             for spec in o.algorithms:
                 if self.skip_reason(spec):
                     continue
                 oop = self.measure(spec, nbytes, count, in_place=False)
                 ip = self.measure(spec, nbytes, count, in_place=True) if has_in_place else None
-                pred = None
+                pred = error = None
                 if self.rank == 0 and self.predictor is not None:
                     pred = self.predicted(oop)
-                    oop["predicted_us"] = None if pred is None else pred * 1e6
-                    if ip is not None:
-                        ip["predicted_us"] = oop["predicted_us"]
+                    measured = (ip or oop)["time_us"]
+                    if pred is not None and measured > 0:
+                        error = pred * 1e6 / measured - 1
+                        errors.setdefault(spec.label, []).append(error)
+                    for rec in (oop, ip):
+                        if rec is not None:
+                            rec["predicted_us"] = None if pred is None else pred * 1e6
+                            rec["prediction_error"] = error
                 self.records += [oop] + ([ip] if ip else [])
                 shown = spec.label if spec.name != "auto" else f"auto->{oop['ran']}"
                 self.emit(fmt.row(nbytes=nbytes, count=count, type_name=type_name, redop=redop, root=root,
                                   out_of_place=oop, in_place=ip, algorithm=shown,
-                                  predicted_us=None if pred is None else pred * 1e6, predict=bool(o.predict)))
+                                  predicted_us=None if pred is None else pred * 1e6, predict=bool(o.predict),
+                                  error=error))
         wrong = sum(r["wrong"] or 0 for r in self.records)
-        bws = [r["busbw"] for r in self.records]
         per_algo: dict[str, list[float]] = {}
         for r in self.records:
             per_algo.setdefault(r["algorithm"], []).append(r["busbw"])
-        for line in fmt.footer(wrong, float(np.mean(bws)) if bws else 0.0,
-                               {k: float(np.mean(v)) for k, v in per_algo.items()}):
+        for line in fmt.footer(wrong, {k: float(np.mean(v)) for k, v in per_algo.items()}):
             self.emit(line)
+        if o.predict:
+            for line in fmt.prediction_summary(errors, "in-place" if has_in_place else "out-of-place"):
+                self.emit(line)
+        busy = ""
+        if busy_sizes:
+            busy = (f"other processes took the CPU while measuring {len(busy_sizes)} of {len(o.sizes)} sizes "
+                    f"({', '.join(human(n) for n in busy_sizes[:6])}{', ...' if len(busy_sizes) > 6 else ''}): "
+                    f"{load.describe()}")
+            self.emit(f"# warning: {busy}")
         self.write_files()
+        if self.rank == 0 and (warnings or busy):
+            self.tell_stderr(warnings + ([busy] if busy else []), errors)
         return 1 if wrong else 0
+
+    def tell_stderr(self, warnings: list[str], errors: dict[str, list[float]]) -> None:
+        """The table's warnings once more on stderr, where a reader of the numbers alone still sees them."""
+        from .host_load import WHAT_TO_DO
+
+        for w in warnings:
+            print(f"collectives bench: warning: {w}", file=sys.stderr)
+        print("collectives bench: warning: " + ("predictions" if errors else "measurements")
+              + " above may be far off: " + WHAT_TO_DO, file=sys.stderr, flush=True)
 
     def run_osu(self) -> int:
         o = self.opts
@@ -374,7 +409,8 @@ class Bench:
                 f.write("\n")
         if o.csv_path:
             cols = ["collective", "algorithm", "ran", "nranks", "size", "count", "dtype", "op", "root", "in_place",
-                    "stat", "time_us", "algbw", "busbw", "wrong", "predicted_us", "rank_mean_us", "rank_min_us",
+                    "stat", "time_us", "algbw", "busbw", "wrong", "predicted_us", "prediction_error", "rank_mean_us",
+                    "rank_min_us",
                     "rank_max_us", "iters", "warmup"]
             with open(o.csv_path, "w", newline="") as f:
                 w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")

@@ -1,10 +1,12 @@
 """`collectives bench`: nccl-tests-style microbenchmarks under mpiexec, MPI's own collective side by side.
 
+    mpiexec -n 4 collectives calibrate --out loopback.json
     mpiexec -n 4 collectives bench allreduce -b 8 -e 64M -f 4 --algorithms native,auto,ring,rabenseifner \\
-        --predict ~/.cache/collectives/loopback.json
+        --predict loopback.json
 
 Flags follow nccl-tests (-b -e -f -i -n -w -c -o -d -r); sizes take K/M/G suffixes. The table is nccl-tests'
-(13 standard fields per row) with the predicted time (--predict) and the algorithm as trailing columns.
+(13 standard fields per row) with, after them, the predicted in-place time and its error (--predict) and the
+algorithm.
 Exit status: 0, 1 when any result element was wrong (-c 1), 2 on a usage error; every rank agrees.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import arguments
 from .job_errors import abort_job_on_error
 
 COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce")
@@ -22,43 +25,33 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "bench", help="nccl-tests / OSU style microbenchmark under mpiexec (MPI's own collective side by side)",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("collective", choices=COLLECTIVES)
-    p.add_argument("-b", "--minbytes", default="32M", help="smallest size in bytes, K/M/G suffixes (default 32M)")
-    p.add_argument("-e", "--maxbytes", default="32M", help="largest size in bytes (default 32M)")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("-f", "--stepfactor", type=float, default=None, help="multiply the size by this (default 2)")
-    g.add_argument("-i", "--stepbytes", default=None, help="add this many bytes instead of multiplying")
+    p.add_argument("collective", choices=COLLECTIVES, help="the collective to measure")
+    arguments.add_sizes(p, "32M", "32M")
     p.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per size (default 20)")
     p.add_argument("-w", "--warmup_iters", type=int, default=5, help="untimed iterations first (default 5)")
     p.add_argument("-c", "--check", type=int, default=1, choices=(0, 1),
                    help="check every result against the exact reference and count wrong elements (default 1)")
-    p.add_argument("-o", "--op", default="sum", choices=("sum", "prod", "min", "max", "avg"))
-    p.add_argument("-d", "--datatype", default="float",
-                   help="float/float32, half/float16, bfloat16, double/float64, int8, uint8, int16, uint16, "
-                        "int32, uint32, int64, uint64 (default float)")
-    p.add_argument("-r", "--root", type=int, default=0, help="root of broadcast/reduce (default 0)")
-    p.add_argument("--algorithms", default="native,auto",
-                   help="comma-separated: native (MPI's own), auto (the transport's choice), or registered "
-                        "algorithm names with optional :key=value parameters, e.g. ring:chunks=4 "
-                        "(default native,auto)")
+    arguments.add_op(p)
+    arguments.add_dtype(p)
+    arguments.add_root(p)
+    arguments.add_algorithms(p, "native,auto", "native (MPI's own collective), auto (the transport's choice) or "
+                                               "registered algorithms (default native,auto)")
     p.add_argument("--stat", default="mean", choices=("mean", "median", "min"),
                    help="time over iterations, each the slowest rank's (default mean, as nccl-tests)")
-    p.add_argument("--predict", metavar="TOPOLOGY.json",
-                   help="add the simulator's predicted time (us) on this saved topology (collectives calibrate "
-                        "writes one); native rows read n/a, auto rows predict the algorithm auto ran")
+    p.add_argument("--predict", metavar="FILE",
+                   help="add the predicted time (us) of the in-place call and its error, from the calibration in "
+                        "FILE (`collectives calibrate --out FILE` writes one); native rows read n/a, auto rows "
+                        "predict the algorithm auto ran")
     p.add_argument("--calibrate", action="store_true",
-                   help="with --predict FILE: first measure this host in this same launch (as `collectives "
-                        "calibrate --out FILE --no-default`), then predict from it, so calibration and "
-                        "measurement see the machine in one state (the ranks' placement on cores is the "
-                        "launch's)")
-    p.add_argument("--comm-check", default="off", choices=("off", "metadata", "full"),
-                   help="the communicator's call agreement (default off: the collective alone, as nccl-tests and "
-                        "OSU measure MPI's; metadata, the library's default for applications, adds one small "
-                        "agreement collective per call)")
+                   help="with --predict FILE: first calibrate this host in this same launch (as `collectives "
+                        "calibrate --out FILE`), then predict from it, so calibration and measurement see the "
+                        "machine in one state")
+    arguments.add_comm_check(p, "while measuring")
     p.add_argument("--json", metavar="FILE", help="write every measurement (per-iteration times too) as JSON")
     p.add_argument("--csv", metavar="FILE", help="write every measurement as CSV")
     p.add_argument("--osu", action="store_true", help="print OSU's latency table (osu_allreduce layout) instead")
-    p.add_argument("--full", action="store_true", help="with --osu: Min/Max latency and iterations columns (-f)")
+    p.add_argument("--full", action="store_true",
+                   help="with --osu: add the Min/Max latency and iterations columns (OSU's own -f/--full)")
     p.add_argument("--no-inplace", action="store_true", help="skip the in-place measurements (columns read N/A)")
     return p
 
@@ -67,34 +60,30 @@ def _options(args, world_size: int):
     import numpy as np
 
     from ..benchmark import format as fmt
-    from ..benchmark.runner import Options, parse_algorithms
-    from ..kernels._dtypes import SUPPORTED_DTYPES, dtype_name
+    from ..benchmark.runner import AlgoSpec, Options
     from ..reduction import check_op
-    from ..units import parse_size, sweep
 
-    by_name = {dtype_name(d): d for d in SUPPORTED_DTYPES}
-    name = fmt.DTYPE_ALIASES.get(args.datatype.lower(), args.datatype.lower())
-    if name not in by_name:
-        raise ValueError(f"unknown datatype {args.datatype!r}; choose from "
-                         f"{', '.join(sorted(set(by_name) | set(fmt.DTYPE_ALIASES)))}")
-    dtype = np.dtype(by_name[name])
+    dtype = np.dtype(_dtype(arguments.dtype_name(args.datatype)))
     if args.collective in fmt.REDUCING:
         check_op(args.op, dtype)
-    lo, hi = parse_size(args.minbytes), parse_size(args.maxbytes)
-    if args.stepbytes is not None:
-        sizes, step = sweep(lo, hi, increment=parse_size(args.stepbytes)), f"{parse_size(args.stepbytes)}(bytes)"
-    else:
-        factor = args.stepfactor or 2
-        sizes, step = sweep(lo, hi, factor=factor), f"{factor:g}(factor)"
+    sizes, step = arguments.sizes(args)
     if args.iters < 1 or args.warmup_iters < 0:
-        raise ValueError("-n must be >= 1 and -w >= 0")
+        raise ValueError("-n/--iters must be >= 1 and -w/--warmup_iters >= 0")
     if args.collective in fmt.ROOTED and not 0 <= args.root < world_size:
-        raise ValueError(f"root {args.root} is not a rank of this {world_size}-rank job")
+        raise ValueError(f"-r/--root {args.root} is not a rank of this {world_size}-rank job")
+    specs = arguments.algorithm_specs(args.algorithms, args.param, args.collective, ["native", "auto"],
+                                      special=("native", "auto"))
     return Options(collective=args.collective, sizes=sizes, step=step, dtype=dtype, op=args.op, root=args.root,
                    iters=args.iters, warmup=args.warmup_iters, check=bool(args.check),
-                   algorithms=parse_algorithms(args.algorithms, args.collective), stat=args.stat,
+                   algorithms=[AlgoSpec(s.name, s.params) for s in specs], stat=args.stat,
                    predict=args.predict, json_path=args.json, csv_path=args.csv, osu=args.osu, osu_full=args.full,
-                   in_place=not args.no_inplace, max_bytes=hi)
+                   in_place=not args.no_inplace, max_bytes=args.maxbytes)
+
+
+def _dtype(name: str):
+    from ..kernels._dtypes import SUPPORTED_DTYPES, dtype_name
+
+    return {dtype_name(d): d for d in SUPPORTED_DTYPES}[name]
 
 
 def run(args) -> int:

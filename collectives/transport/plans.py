@@ -85,6 +85,13 @@ class Plan:
         # the plan runner: one C call runs the call, and its agreement when checking (folded into its waits)
         self.inline = isinstance(self.executor, ShmExecutor) and not wide
         self.explicit_agreement = ctx.check != "off" and not self.executor.folds_agreement and p > 1
+        # check="off": the first call of each signature still agrees on the call's size (collective, count,
+        # dtype: self.digest) where the executor does not fold that in (MPI's own collective, messages), when
+        # the ranks share a host: through their control blocks, never an MPI collective that could meet a peer's
+        # data. MPI's allreduce of 3 elements against a peer's 2 returns a wrong result without an error. Later
+        # calls of the signature run unchecked, so the steady state costs nothing (docs/reliability.md).
+        self.size_check_pending = (ctx.check == "off" and not self.executor.folds_agreement and p > 1
+                                   and ctx.arena is not None)
         self.full_check = ctx.check == "full" and collective in ("allreduce", "allgather", "broadcast") and p > 1
         self.finalizing = op == "avg" and collective in REDUCING and self.producing
         self._kind = _GENERAL if self.general else _IN_SCRATCH if self.scratch is not None else \
@@ -317,9 +324,13 @@ class Plan:
         return ctx.queue.submit(launch, async_op, timeout)
 
     def agreement(self, seq: int):
-        """The explicit agreement of call `seq`, posted now (None when the executor folds it, or check=off)."""
+        """The explicit agreement of call `seq`, posted now (None when the executor folds it, or with check=off
+        after the signature's first call)."""
         if not self.explicit_agreement:
-            return None
+            if not self.size_check_pending:
+                return None
+            self.size_check_pending = False
+            return HostAgreement(self.ctx.runtime, self.ctx.arena, CallMeta.of(seq, self.signature), self.digest)
         ctx, meta = self.ctx, CallMeta.of(seq, self.signature)
         if ctx.arena is not None:
             return HostAgreement(ctx.runtime, ctx.arena, meta, self.digest)

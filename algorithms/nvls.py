@@ -52,8 +52,9 @@ def build_nvls(collective: str, world_size: int, count: int, *, root=None, topol
     check_topology("nvls", topology, world_size)
     if topology.num_domains != 1:
         raise ValueError(f"nvls reduces inside one NVLink domain, and {topology.name!r} has "
-                         f"{topology.num_domains} domains: use algorithm 'hierarchical' (intra='nvls') to reduce "
-                         "across domains")
+                         f"{topology.num_domains} domains: use algorithm hierarchical with intra=nvls to reduce "
+                         "across domains (Python: algorithm='hierarchical', intra='nvls'; command line: "
+                         "--algorithms hierarchical:intra=nvls)")
     c = check_chunks("nvls", chunks)
     reason = topology.nvls.refusal(op, dtype)
     if reason is not None:

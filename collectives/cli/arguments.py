@@ -175,8 +175,7 @@ def algorithm_specs(text: str | None, params: list[str], collective: str, defaul
                     special: tuple[str, ...] = ()) -> list[AlgorithmSpec]:
     """--algorithms and --param -> specs, every name checked against the registry (and `special`: native, auto);
     each --param KEY goes to every listed algorithm whose builder takes it, and must reach one."""
-    from .. import registry
-
+    registry = _registry()
     valid = registry.names(collective)
     items = [t for t in (text.split(",") if text else default) if t.strip()]
     specs = [parse_algorithm(t) for t in items]
@@ -201,9 +200,16 @@ def algorithm_specs(text: str | None, params: list[str], collective: str, defaul
     return specs
 
 
-def check_parameters(name: str, params: dict) -> None:
-    from .. import registry
+def _registry():
+    """The algorithm registry, with the built-in builders registered (importing collectives.algorithms does)."""
+    from .. import algorithms, registry
 
+    del algorithms
+    return registry
+
+
+def check_parameters(name: str, params: dict) -> None:
+    registry = _registry()
     known = registry.parameters(name)
     unknown = sorted(set(params) - set(known))
     if unknown:
@@ -211,8 +217,7 @@ def check_parameters(name: str, params: dict) -> None:
 
 
 def _parameter_list(name: str) -> str:
-    from .. import registry
-
+    registry = _registry()
     known = registry.parameters(name)
     return f"{name} takes " + (", ".join(f"{k}={v!r}" for k, v in known.items()) if known else "no parameters")
 

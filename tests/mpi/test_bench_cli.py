@@ -46,11 +46,11 @@ def test_sizes():
 def test_row_keeps_nccl_fields_in_place():
     res = {"time_us": 123.456, "algbw": 1.5, "busbw": 2.25, "wrong": 0}
     line = fmt.row(nbytes=1048576, count=262144, type_name="float", redop="sum", root=-1, out_of_place=res,
-                   in_place=res, algorithm="auto->ring", predicted_us=110.0, predict=True)
+                   in_place=res, algorithm="auto->ring", predicted_us=110.0, predict=True, error=110.0 / 123.456 - 1)
     f = line.split()
     assert f[:5] == ["1048576", "262144", "float", "sum", "-1"]
     assert f[5:13] == ["123.5", "1.50", "2.25", "0", "123.5", "1.50", "2.25", "0"]
-    assert f[13:] == ["110.0", "auto->ring"]
+    assert f[13:] == ["110.0", "-11%", "auto->ring"]
     assert line.startswith(f"{1048576:12d}  {262144:12d}  {'float':>8}  {'sum':>6}  {-1:6d}")
     assert fmt.time_str(12345.6).strip() == "12346" and fmt.time_str(5.0) == "   5.00"
 
@@ -110,13 +110,20 @@ def test_calibrate_then_predict_and_osu(tmp_path):
     assert cal["round_s"] + cal["call_overhead_s"] > 0
     assert all(t > 0 for curve in cal["window_s"].values() for _, t in curve)
     assert cal["ranks_per_host"] == 2 and cal["cores"] >= 1
+    # the measurement's own check: CPU shares probed before and after each of the 2 quick trials, the trials of
+    # every judged quantity kept, and a verdict (a list of warnings; empty on a quiet host)
+    quality = cal["quality"]
+    assert len(quality["load"]["cpu_shares"]) == 3 and all(0 <= s <= 1 for s in quality["load"]["cpu_shares"])
+    assert all(len(t["trials"]) == 2 for t in quality["trials"].values()) and "transport_round_s" in quality["trials"]
+    assert isinstance(quality["warnings"], list) and cal["hosts"]
+    assert "CPU share per rank" in proc.stdout and ("warning" in proc.stderr) == bool(quality["warnings"])
     assert "2 per host on" in proc.stdout
     from collectives.simulate import simulate
     from collectives.topology import load
 
     topo = load(tmp_path / "cal.json")
     assert topo.world_size == 2 and topo.to_dict()["nvlink_bandwidth"] > 0
-    assert (tmp_path / "default-calibration.json").is_file()  # $COLLECTIVES_CALIBRATION: what preset reads
+    assert not (tmp_path / "default-calibration.json").exists()  # written only with --default
     assert simulate("ring", topo, 1 << 20).time > 0
 
     proc = mpirun(2, "bench", "reduce_scatter", "-b", "1K", "-e", "16K", "-f", "4", "-n", "2", "-w", "1",
@@ -126,9 +133,11 @@ def test_calibrate_then_predict_and_osu(tmp_path):
     assert len(rows) == 3 * 2
     for f in rows:
         assert f[9:13] == ["N/A"] * 4  # no in-place reduce_scatter in the Communicator API
-        assert (f[-2] == "n/a") == (f[-1] == "native")
+        assert (f[-3] == "n/a") == (f[-2] == "n/a") == (f[-1] == "native")  # pred(us), err
         if f[-1] == "ring":
-            assert float(f[-2]) > 0
+            assert float(f[-3]) > 0
+    assert "of the out-of-place call" in proc.stdout  # reduce_scatter has no in-place form to predict
+    assert "# Predictions          : " in proc.stdout and " of 3 sizes x algorithms within 25%" in proc.stdout
 
     proc = mpirun(2, "bench", "broadcast", "-b", "4", "-e", "4K", "-f", "32", "-n", "2", "-w", "0", "--osu", "--full",
                   "-r", "1", "--algorithms", "native,binomial", tmp_path=tmp_path)
@@ -247,7 +256,7 @@ def test_bench_calibrates_in_its_own_launch_then_predicts(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     cal = json.loads((tmp_path / "here.json").read_text())["calibration"]
     assert cal["ranks"] == 2 and set(cal["window_s"]) == {"copy_round", "reduce_round"}
-    assert not (tmp_path / "default-calibration.json").exists()  # like calibrate --no-default
+    assert not (tmp_path / "default-calibration.json").exists()  # as calibrate: only where asked
     measured = json.loads((tmp_path / "m.json").read_text())["measurements"]
     assert measured and all(m["predicted_us"] > 0 for m in measured)
 
@@ -261,7 +270,7 @@ def test_a_rank_failing_alone_ends_the_job_at_once(tmp_path, where):
     import time
 
     program = Path(__file__).parent / "programs" / "failing_rank.py"
-    args = (["calibrate", "--out", "cal.json", "--no-default", "--quick"] if where == "calibrate" else
+    args = (["calibrate", "--out", "cal.json", "--quick"] if where == "calibrate" else
             ["bench", "allreduce", "-b", "64K", "-e", "64K", "-n", "2", "-w", "1", "--algorithms", "ring"])
     start = time.monotonic()
     proc = launcher.run(2, [sys.executable, str(program), where, "1", *args], timeout=90, cwd=tmp_path, env={

@@ -7,10 +7,12 @@ import gc
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install 'collectives[torch]')")
+# torch.distributed, not torch: without PyTorch, `import torch` finds tests/torch (this folder, a namespace package
+# on the path pytest gives the tests) and the module would fail to import instead of skipping
+dist = pytest.importorskip("torch.distributed", reason="PyTorch is not installed (pip install 'collectives[torch]')")
 pytest.importorskip("mpi4py")
 
-import torch.distributed as dist  # noqa: E402
+import torch  # noqa: E402
 
 from collectives.torch import tensors as T  # noqa: E402
 from collectives.torch.process_group import _split_counts  # noqa: E402

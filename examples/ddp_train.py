@@ -9,8 +9,9 @@ bucket is cast to float16, all-reduced asynchronously, and a `then` callback on 
 casts back), so the reducer waits on futures the backend completes.
 
 Everything is seeded: the model (rank 0's initial weights are broadcast by DDP anyway), and each rank's synthetic
-regression data (seed + rank). Each rank saves its final weights to OUT/weights_rank{r}.pt; rank 0 prints
-`RESULT {json}` with the loss. tests/test_torch.py compares the two backends and the ranks.
+regression data (seed + rank). Rank 0 prints its loss every --log-every steps, then `RESULT {json}` with the
+mean final loss; with --out each rank saves its final weights to OUT/weights_rank{r}.pt.
+tests/torch/test_torch.py compares the two backends and the ranks.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ import collectives.torch  # registers backend "collectives"
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", choices=["collectives", "gloo"], default="collectives")
-    ap.add_argument("--out", required=True, help="directory for weights_rank{r}.pt")
+    ap.add_argument("--out", default=None, help="save each rank's final weights here, as weights_rank{r}.pt "
+                                                 "(default: not saved)")
+    ap.add_argument("--log-every", type=int, default=10, help="rank 0 prints its loss every N steps (0: never)")
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--batch", type=int, default=32, help="samples per rank per step")
     ap.add_argument("--hidden", type=int, default=64)
@@ -57,21 +60,27 @@ def main() -> None:
 
     gen = torch.Generator().manual_seed(args.seed * 1000 + rank + 1)  # each rank its own data shard
     start = time.perf_counter()
-    for _ in range(args.steps):
+    if rank == 0:
+        print(f"training on {size} ranks, backend {args.backend}: {args.steps} steps", flush=True)
+    for step in range(1, args.steps + 1):
         x = torch.randn(args.batch, d_in, generator=gen)
         y = torch.tanh(x @ teacher) + 0.01 * torch.randn(args.batch, d_out, generator=gen)
         opt.zero_grad(set_to_none=True)
         loss = nn.functional.mse_loss(ddp(x), y)
         loss.backward()  # DDP all-reduces (averages) the gradients bucket by bucket
         opt.step()
+        if rank == 0 and args.log_every and (step % args.log_every == 0 or step == args.steps):
+            print(f"step {step}/{args.steps}: rank 0 loss {loss.item():.5f} ({time.perf_counter() - start:.1f} s)",
+                  flush=True)
     elapsed = time.perf_counter() - start
 
     mean_loss = loss.detach().clone()
     dist.all_reduce(mean_loss, op=dist.ReduceOp.SUM)
     mean_loss /= size
-    os.makedirs(args.out, exist_ok=True)
-    weights = {name: p.detach().clone() for name, p in model.state_dict().items()}
-    torch.save(weights, os.path.join(args.out, f"weights_rank{rank}.pt"))
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        weights = {name: p.detach().clone() for name, p in model.state_dict().items()}
+        torch.save(weights, os.path.join(args.out, f"weights_rank{rank}.pt"))
     dist.barrier()
     if rank == 0:
         print("RESULT " + json.dumps({"backend": args.backend, "world_size": size, "steps": args.steps,

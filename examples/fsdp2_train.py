@@ -7,7 +7,8 @@
 Every layer is sharded over the ranks (each holds 1/p of every parameter): forward and backward all-gather the
 parameters (all_gather_into_tensor), backward reduce-scatters the gradients (reduce_scatter_tensor, averaged).
 Everything is seeded: the model (the same on every rank before sharding) and each rank's synthetic regression
-data (seed + rank). Rank 0 saves the per-step losses and the full (unsharded) final parameters to
+data (seed + rank). Rank 0 prints the mean loss every --log-every steps and, with --out, saves the per-step
+losses and the full (unsharded) final parameters to
 OUT/fsdp2_result.pt and prints `RESULT {json}`. tests/torch/test_torch.py compares the two backends.
 """
 
@@ -30,7 +31,9 @@ import collectives.torch
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", choices=["collectives", "gloo"], default="collectives")
-    ap.add_argument("--out", required=True, help="directory for fsdp2_result.pt")
+    ap.add_argument("--out", default=None, help="rank 0 saves the losses and final parameters here, as "
+                                                 "fsdp2_result.pt (default: not saved)")
+    ap.add_argument("--log-every", type=int, default=5, help="rank 0 prints the mean loss every N steps (0: never)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--batch", type=int, default=16, help="samples per rank per step")
     ap.add_argument("--hidden", type=int, default=32)
@@ -55,7 +58,9 @@ def main() -> None:
     gen = torch.Generator().manual_seed(args.seed * 1000 + rank + 1)  # each rank its own data shard
     losses = []
     start = time.perf_counter()
-    for _ in range(args.steps):
+    if rank == 0:
+        print(f"training on {size} ranks, backend {args.backend}: {args.steps} steps", flush=True)
+    for step in range(1, args.steps + 1):
         x = torch.randn(args.batch, d_in, generator=gen)
         y = torch.tanh(x @ teacher) + 0.01 * torch.randn(args.batch, d_out, generator=gen)
         opt.zero_grad(set_to_none=True)
@@ -65,12 +70,16 @@ def main() -> None:
         mean = loss.detach().clone()
         dist.all_reduce(mean)
         losses.append((mean / size).item())
+        if rank == 0 and args.log_every and (step % args.log_every == 0 or step == args.steps):
+            print(f"step {step}/{args.steps}: mean loss {losses[-1]:.5f} ({time.perf_counter() - start:.1f} s)",
+                  flush=True)
     elapsed = time.perf_counter() - start
 
     full = {name: p.full_tensor().detach().clone() for name, p in model.named_parameters()}  # all-gathers
     if rank == 0:
-        os.makedirs(args.out, exist_ok=True)
-        torch.save({"losses": losses, "parameters": full}, os.path.join(args.out, "fsdp2_result.pt"))
+        if args.out:
+            os.makedirs(args.out, exist_ok=True)
+            torch.save({"losses": losses, "parameters": full}, os.path.join(args.out, "fsdp2_result.pt"))
         print("RESULT " + json.dumps({"backend": args.backend, "world_size": size, "steps": args.steps,
                                       "first_loss": losses[0], "final_loss": losses[-1],
                                       "train_seconds": round(elapsed, 3)}), flush=True)

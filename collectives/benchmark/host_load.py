@@ -9,8 +9,10 @@ calls it then predicted. Two checks catch it, both cheap:
   rank that gets much less than that shares its cores with other processes (or, on a VM, with the hypervisor:
   steal time is not CPU time of the guest's process either). The verdict is the worst rank's.
 - `Trials`: a quantity measured in several independent trials (the other parts of the measurement between
-  them) takes their median; a trial off by more than `OUTLIER` from it is rejected, and a quantity whose kept
-  trials still spread by more than `UNSTABLE` is unstable.
+  them) keeps the trials within `OUTLIER` of the fastest and takes their median: noise on a shared host only
+  ever adds time, so a slow trial is the outlier (a median over three trials of which two caught a busy moment
+  priced a transport round at 1.4 ms). A quantity with a single trial kept, or whose kept trials still spread by
+  more than `UNSTABLE`, is unstable.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 
 # a rank getting under this fraction of the CPU share it should get is competing with other processes
 BUSY_SHARE = 0.7
-OUTLIER = 1.5  # a trial more than 1.5x from the median of its quantity's trials is rejected
+OUTLIER = 1.5  # a trial more than 1.5x the fastest of its quantity's trials is rejected
 UNSTABLE = 1.35  # kept trials of one quantity spreading by more than this: the host changed while measuring
 
 
@@ -96,10 +98,10 @@ class Trials:
 
     def kept(self, name: str) -> list[float]:
         vals = self.values[name]
-        mid = statistics.median(vals)
-        if mid <= 0:
+        fastest = min(vals)
+        if fastest <= 0:
             return vals
-        return [v for v in vals if mid / OUTLIER <= v <= mid * OUTLIER] or vals
+        return [v for v in vals if v <= fastest * OUTLIER]
 
     def median(self, name: str) -> float:
         return float(statistics.median(self.kept(name)))
@@ -115,8 +117,11 @@ class Trials:
 
     def unstable(self) -> list[tuple[str, float]]:
         """(name, spread) of the quantities whose kept trials disagree, worst first."""
-        out = [(n, self.spread(n)) for n in self.values if len(self.values[n]) > 1]
-        return sorted([(n, s) for n, s in out if s > UNSTABLE], key=lambda t: -t[1])
+        out = []
+        for n, vals in self.values.items():
+            if len(vals) > 1 and (len(self.kept(n)) < 2 or self.spread(n) > UNSTABLE):
+                out.append((n, max(vals) / min(vals) if min(vals) > 0 else float("inf")))
+        return sorted(out, key=lambda t: -t[1])
 
     def summary(self) -> dict:
         return {n: {"trials": v, "median": self.median(n), "rejected": self.rejected(n)}
@@ -131,7 +136,8 @@ def verdict(load: HostLoad, trials: Trials | None = None) -> list[str]:
     unstable = trials.unstable() if trials is not None else []
     if unstable:
         worst = ", ".join(f"{n} {s:.1f}x" for n, s in unstable[:3])
-        why.append(f"repeated trials disagreed beyond {UNSTABLE}x ({worst}{', ...' if len(unstable) > 3 else ''})")
+        why.append(f"repeated trials disagreed ({worst}{', ...' if len(unstable) > 3 else ''} between the fastest and "
+                   "slowest of 3)")
     return why
 
 

@@ -189,8 +189,9 @@ def _report(numbers: dict, topo, written: list[str]) -> None:
     if spreads:
         n, worst = max(spreads, key=lambda t: t[1])
         rejected = sum(t["rejected"] for t in q["trials"].values())
-        print(f"trials                   : {len(next(iter(q['trials'].values()))['trials'])} per quantity, medians "
-              f"kept; widest spread {worst:.2f}x ({n}); {rejected} outlier trial(s) rejected")
+        print(f"trials                   : {len(next(iter(q['trials'].values()))['trials'])} per quantity, the median "
+              f"of those within 1.5x of the fastest kept; {rejected} slow trial(s) rejected; widest spread "
+              f"{worst:.2f}x ({n})")
     for path in written:
         print(f"wrote {path}")
     if not written:

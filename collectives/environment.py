@@ -97,7 +97,8 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
              "INFO logs every choice auto makes and why (logger 'collectives'); WARNING, DEBUG as in logging",
              lambda t: t.strip().upper()),
     Variable("COLLECTIVES_CALIBRATION", "path", "",
-             "calibration file of this host read by preset('loopback') and the transport's chooser",
+             "calibration file of this host read by preset('loopback') and the transport's chooser (default "
+             "~/.cache/collectives/loopback.json; written only by `collectives calibrate --default`)",
              _text),
     Variable("COLLECTIVES_DECISIONS", "path", "",
              "measured decisions the transport's auto reads (collectives calibrate --decisions writes them; "

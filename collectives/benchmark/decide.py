@@ -49,7 +49,7 @@ def measure(comm, collectives=COLLECTIVES, sizes=SIZES, dtype=None, trials: int 
         winners = []
         for nbytes in sizes:
             n = max(1, nbytes // dtype.itemsize)
-            if collective == "reduce_scatter":
+            if collective in ("reduce_scatter", "alltoall"):  # an equal block per rank
                 n = max(1, n // p) * p
             elems = n * p if collective == "allgather" else n  # compare.buffers takes nccl-tests' sizes
             x, out = buffers(collective, elems, p, dtype)

@@ -67,6 +67,20 @@ def test_python_shared_memory_executor(world_size, monkeypatch):
     assert result["cases"] > 200
 
 
+@pytest.mark.parametrize("world_size", [4, pytest.param(6, marks=pytest.mark.any_mpi)])
+def test_two_hosts_on_one_machine(world_size, monkeypatch):
+    """The path between hosts, in CI: COLLECTIVES_SHM=0 (no shared memory: every schedule runs with point-to-point
+    messages, as between hosts) and `ranks_per_domain` (2 or 3 ranks per domain: the hierarchical and in-network
+    schedules see two or three "hosts"): every algorithm and collective still gives the emulator's and MPI's
+    results."""
+    monkeypatch.setenv("COLLECTIVES_SHM", "0")
+    per_domain = str(world_size // 2)
+    result = launch(app(world_size, "--counts", "1", "50", "--ranks-per-domain", per_domain))
+    assert result["failures"] == 0, result["messages"]
+    assert result["cases"] > 200
+    assert not result["shared_memory"]  # every call ran on point-to-point messages
+
+
 @pytest.mark.parametrize("world_size,num_daemons", [pytest.param(3, 2, marks=pytest.mark.any_mpi), (5, 1),
                                                     (4, 3)])
 def test_switch_daemons(world_size, num_daemons):

@@ -291,6 +291,7 @@ def run(args) -> int:
                   "failures": failures, "seconds": round(elapsed, 2),
                   "bytes_sent_per_rank": {"ring": ring_stats["bytes_sent"], "star": star_one["bytes_sent"]},
                   "star_switch_bytes_on_rank0": star_stats["switch_bytes_received"],
+                  "shared_memory": comm.shared_memory,
                   "messages": [m for ms in messages for m in ms][:20], "skips": chk.skips}
         print("RESULT " + json.dumps(result), flush=True)
     comm.close()

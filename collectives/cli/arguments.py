@@ -235,7 +235,8 @@ def add_topology(p: argparse.ArgumentParser, default: str | None = "gb300-nvl72"
     size.add_argument("--nodes", type=int, default=None, help="nodes of a node preset (dgx-h100)")
     size.add_argument("--ranks", type=int, default=None, help="ranks of the loopback preset")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                   help="override a cluster parameter (a JSON value), e.g. --set nic_bandwidth=50e9 (repeatable)")
+                   help="override a cluster parameter (a JSON value; none unsets it), e.g. --set nic_bandwidth=50e9 "
+                        "--set sharp=none (repeatable)")
 
 
 def topology(args: argparse.Namespace, default: str | None = "gb300-nvl72"):
@@ -250,6 +251,9 @@ def topology(args: argparse.Namespace, default: str | None = "gb300-nvl72"):
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
             raise ValueError(f"--set takes FIELD=VALUE, got {item!r}")
+        if value.strip().lower() in ("none", "null"):
+            over[key.strip()] = None  # unset the field (--set sharp=none: a fabric without SHARP)
+            continue
         try:
             over[key.strip()] = json.loads(value)
         except json.JSONDecodeError:

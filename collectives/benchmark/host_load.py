@@ -136,8 +136,8 @@ def verdict(load: HostLoad, trials: Trials | None = None) -> list[str]:
     unstable = trials.unstable() if trials is not None else []
     if unstable:
         worst = ", ".join(f"{n} {s:.1f}x" for n, s in unstable[:3])
-        why.append(f"repeated trials disagreed ({worst}{', ...' if len(unstable) > 3 else ''} between the fastest and "
-                   "slowest of 3)")
+        why.append(f"repeated trials disagreed ({worst}{', ...' if len(unstable) > 3 else ''}: slowest / fastest "
+                   "trial)")
     return why
 
 

@@ -182,8 +182,8 @@ def _report(numbers: dict, topo, written: list[str]) -> None:
     q = numbers.get("quality", {})
     shares = q.get("load", {}).get("cpu_shares", [])
     if shares:
-        print(f"CPU share per rank       : {', '.join(f'{s:.0%}' for s in shares)} when probed (a quiet host gives "
-              f"{q['load']['expected_share']:.0%})")
+        print(f"CPU share, worst rank    : {', '.join(f'{s:.0%}' for s in shares)} at the {len(shares)} probes (a quiet "
+              f"host gives {q['load']['expected_share']:.0%})")
     spreads = [(n, max(t['trials']) / min(t['trials'])) for n, t in q.get("trials", {}).items()
                if len(t["trials"]) > 1 and min(t["trials"]) > 0]
     if spreads:

@@ -116,7 +116,7 @@ def test_calibrate_then_predict_and_osu(tmp_path):
     assert len(quality["load"]["cpu_shares"]) == 3 and all(0 <= s <= 1 for s in quality["load"]["cpu_shares"])
     assert all(len(t["trials"]) == 2 for t in quality["trials"].values()) and "transport_round_s" in quality["trials"]
     assert isinstance(quality["warnings"], list) and cal["hosts"]
-    assert "CPU share per rank" in proc.stdout and ("warning" in proc.stderr) == bool(quality["warnings"])
+    assert "CPU share, worst rank" in proc.stdout and ("warning" in proc.stderr) == bool(quality["warnings"])
     assert "2 per host on" in proc.stdout
     from collectives.simulate import simulate
     from collectives.topology import load

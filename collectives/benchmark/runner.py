@@ -365,8 +365,10 @@ class Bench:
 
         for w in warnings:
             print(f"collectives bench: warning: {w}", file=sys.stderr)
-        print("collectives bench: warning: " + ("predictions" if errors else "measurements")
-              + " above may be far off: " + WHAT_TO_DO, file=sys.stderr, flush=True)
+        print("collectives bench: warning: " + ("predictions above may be far off: " + WHAT_TO_DO if errors else
+                                                "measurements above may be far off: rerun when the host is quiet "
+                                                "(`uptime` shows the load; stop other jobs)"),
+              file=sys.stderr, flush=True)
 
     def run_osu(self) -> int:
         o = self.opts

@@ -25,7 +25,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "bench", help="nccl-tests / OSU style microbenchmark under mpiexec (MPI's own collective side by side)",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("collective", choices=COLLECTIVES, help="the collective to measure")
+    p.add_argument("collective", nargs="?", choices=COLLECTIVES,
+                   help="the collective to measure (or --collective, as in the other subcommands; default allreduce)")
+    p.add_argument("--collective", dest="collective_option", choices=COLLECTIVES, metavar="NAME",
+                   help="the collective to measure: " + ", ".join(COLLECTIVES))
     arguments.add_sizes(p, "32M", "32M")
     p.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per size (default 20)")
     p.add_argument("-w", "--warmup_iters", type=int, default=5, help="untimed iterations first (default 5)")
@@ -63,6 +66,9 @@ def _options(args, world_size: int):
     from ..benchmark.runner import AlgoSpec, Options
     from ..reduction import check_op
 
+    if args.collective and args.collective_option and args.collective != args.collective_option:
+        raise ValueError(f"two collectives given: {args.collective} and --collective {args.collective_option}")
+    args.collective = args.collective or args.collective_option or "allreduce"
     dtype = np.dtype(_dtype(arguments.dtype_name(args.datatype)))
     if args.collective in fmt.REDUCING:
         check_op(args.op, dtype)

@@ -33,6 +33,7 @@ SHARED = {
     "op": (("bench",), ("-o", "--op")),
     "algorithms": (("bench",), ("--algorithms", "--param")),
     "param": (("verify", "export"), ("--param",)),
+    "collective": (("bench", "verify", "export"), ("--collective",)),
     "topology": (("export",), ("--preset", "--topology", "--racks", "--nodes", "--ranks", "--set")),
 }
 

@@ -281,3 +281,20 @@ def test_a_rank_failing_alone_ends_the_job_at_once(tmp_path, where):
     assert f"collectives {where}: rank 1: error: RuntimeError: injected failure on rank 1" in proc.stderr, \
         proc.stderr[-3000:]
     assert not (tmp_path / "cal.json").exists()
+
+
+@needs_cli
+@pytest.mark.parametrize("intended", [False, True])
+def test_one_rank_without_a_launcher_says_so_once(tmp_path, intended):
+    """`collectives bench` started without mpiexec runs as one rank and says so once on stderr (the library's
+    warning, transport/host.py); COLLECTIVES_ONE_RANK=1 says it is meant and hides it."""
+    from collectives.transport.host import LAUNCHER_VARIABLES
+
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES and not k.startswith("COLLECTIVES_")}
+    if intended:
+        env["COLLECTIVES_ONE_RANK"] = "1"
+    proc = subprocess.run([str(CLI), "bench", "allreduce", "-b", "8", "-e", "8", "-n", "1", "-w", "0"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "nranks 1" in proc.stdout
+    assert proc.stderr.count("running as 1 rank: not started by mpiexec") == (0 if intended else 1), proc.stderr

@@ -260,6 +260,11 @@ def topology(args: argparse.Namespace, default: str | None = "gb300-nvl72"):
             over[key.strip()] = value.strip()
     sizes_given = {k: getattr(args, k) for k in ("racks", "nodes", "ranks") if getattr(args, k) is not None}
     if args.topology:
+        import os
+
+        if not os.path.isfile(args.topology):
+            raise FileNotFoundError(f"no topology file {args.topology}: `collectives topo --preset NAME --save FILE` "
+                                    "writes one, `mpiexec -n N collectives calibrate --out FILE` one of this host")
         t = topo.load(args.topology)
         if not (over or sizes_given):
             return t

@@ -165,7 +165,7 @@ def reduce_throughput(mpi_comm, dtypes=DTYPES, nbytes: int = 64 << 20, quick: bo
     return out
 
 
-WINDOW_SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+WINDOW_SIZES = [1 << 10, 8 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 # Timed as `collectives bench` times a call: after 5 untimed calls (its -w default), the median of as many timed
 # calls as its -n default (20) up to 16 MiB, fewer above, so a price and the measurement it predicts see the same
 # warm-up.

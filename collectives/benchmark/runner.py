@@ -108,8 +108,8 @@ class Predictor:
     """Simulated times on a saved topology (resized to the job's world size when it is a one-domain cluster)."""
 
     def __init__(self, path: str, world_size: int, dtype: np.dtype, op: str, root: int) -> None:
+        from ..choice import resize as _resize
         from ..topology import load
-        from ..tune import _resize
 
         self.path = path
         self.world_size = world_size
@@ -153,8 +153,8 @@ class Predictor:
 
     def _shared_cores(self, algorithm: str, topology, nbytes: int, share: float, kw: dict, params: dict) -> float:
         """More ranks than cores on the calibrated host: the executor's plans priced on the cores (cores.py)."""
-        from ..simulate.api import build_schedule, count_for
-        from ..simulate.model import itemsize
+        from ..simulator.engine import build_schedule, count_for
+        from ..simulator.model import itemsize
 
         size = itemsize(kw["dtype"])
         schedule = build_schedule(algorithm, topology, kw["collective"],

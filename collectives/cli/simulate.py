@@ -157,9 +157,10 @@ def algo_params(items: list[str], names: list[str]) -> dict[str, dict]:
 
 def run(args) -> int:
     from .. import algorithms
-    from ..simulate.api import check_call, sweep
-    from ..simulate.model import itemsize
-    from ..simulate.result import bus_factor
+    from ..simulate import sweep
+    from ..simulator.engine import check_call
+    from ..simulator.model import itemsize
+    from ..simulator.result import bus_factor
 
     args.dtype = DTYPE_ALIASES.get(args.dtype, args.dtype)
     check_call(args.sizes[0] if args.sizes else 0, args.dtype, args.op, args.collective)

@@ -17,7 +17,7 @@ from collectives.benchmark.cores import (
 from collectives.benchmark.runner import Predictor
 from collectives.benchmark.shm_cost import critical_path, processor_seconds, rank_steps
 from collectives.simulate import simulate
-from collectives.simulate.api import build_schedule
+from collectives.simulator.engine import build_schedule
 from collectives.topology import from_dict, preset, save
 from collectives.transport.shm_plan import ShmPlan
 

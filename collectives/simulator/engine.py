@@ -1,4 +1,8 @@
-"""`simulate(...)`: time one algorithm (or the tuner's choice) on a topology, by events or analytically."""
+"""The engine's entry points: time a built schedule or a registered algorithm on a topology, by events or analytically.
+
+The engine never resolves "auto" (that is `collectives.choice`, called by `collectives.simulate`); it builds the
+named algorithm with the parameters it is given and costs the schedule.
+"""
 
 from __future__ import annotations
 
@@ -80,21 +84,25 @@ def check_call(nbytes, dtype, op: str, collective: str) -> None:
                         "parse '1M'-style sizes with collectives.units.parse_size")
 
 
-def simulate(algorithm, topology, nbytes: int | None = None, collective: str = "allreduce", dtype="float32",
-             mode: str = "auto", op: str = "sum", root: int | None = None, **params) -> SimulationResult:
-    """Time `algorithm` (a registered name, "auto", or a built Schedule) for `nbytes` on `topology`.
+def run(algorithm, topology, nbytes: int | None = None, collective: str = "allreduce", dtype="float32",
+        mode: str = "auto", op: str = "sum", root: int | None = None, reason: str = "",
+        **params) -> SimulationResult:
+    """Time `algorithm` (a registered name or a built Schedule) for `nbytes` on `topology`.
 
     `nbytes` is the full buffer as nccl-tests counts it: allreduce/broadcast/reduce count x itemsize,
     reduce_scatter the p*k-element input, allgather the p*k-element output (for a Schedule it defaults to the
     schedule's). mode: "event" (explicit per-node programs), "analytic" (round patterns, any scale) or "auto"
-    (event up to EVENT_MAX_MESSAGES messages). Returns a SimulationResult in SI units.
+    (event up to EVENT_MAX_MESSAGES messages). `reason` is recorded in the result (why this algorithm was run).
+    Returns a SimulationResult in SI units.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if isinstance(algorithm, str) and algorithm == "auto":
+        raise ValueError("the simulator engine times a given algorithm; resolve 'auto' with collectives.choice "
+                         "(collectives.simulate does)")
     check_call(nbytes, dtype, op, algorithm.collective if isinstance(algorithm, Schedule) else collective)
     topology = resolve_topology(topology)
     isz = itemsize(dtype)
-    reason = ""
     if isinstance(algorithm, Schedule):
         schedule = algorithm
         collective = schedule.collective
@@ -108,13 +116,7 @@ def simulate(algorithm, topology, nbytes: int | None = None, collective: str = "
         if nbytes is None or nbytes < 0:
             raise ValueError(f"nbytes must be >= 0 (the full buffer in bytes), got {nbytes!r}")
         count = count_for(collective, nbytes, topology.world_size, isz)
-        name = algorithm
-        if algorithm == "auto":
-            from ..tune import select
-
-            name, tuned, reason = select(collective, int(nbytes), topology, dtype=str(dtype), op=op, **params)
-            params = {**tuned, **params}  # the chunk count the tuner chose, unless the caller set one
-        schedule = build_schedule(name, topology, collective, count, str(dtype), op, root, **params)
+        schedule = build_schedule(algorithm, topology, collective, count, str(dtype), op, root, **params)
     rules = CostRules(topology, dtype, nbytes_for(collective, schedule.count, schedule.world_size, isz))
     if mode == "auto":
         mode = "event" if event.estimate_messages(schedule) <= EVENT_MAX_MESSAGES else "analytic"
@@ -136,7 +138,7 @@ REBUILD_MAX_RANKS = 65_536  # sweep: rebuild the schedule per size up to this ma
 
 def sweep(algorithm: str, topology, sizes, collective: str = "allreduce", dtype="float32", mode: str = "analytic",
           op: str = "sum", root: int | None = None, progress=None, **params) -> list[SimulationResult]:
-    """`simulate` for each size in `sizes` (bytes, nccl-tests convention), sharing the work between sizes.
+    """`run` for each size in `sizes` (bytes, nccl-tests convention), sharing the work between sizes.
 
     Analytic sweeps above REBUILD_MAX_RANKS ranks build the schedule once (at the largest size) and scale its
     chunk sizes per size: every registered builder's round structure is independent of the count, so only the
@@ -148,10 +150,10 @@ def sweep(algorithm: str, topology, sizes, collective: str = "allreduce", dtype=
     sizes = [int(s) for s in sizes]
     out: list[SimulationResult] = []
     isz = itemsize(dtype)
-    reuse = (mode == "analytic" and algorithm != "auto" and topology.world_size > REBUILD_MAX_RANKS and sizes)
+    reuse = (mode == "analytic" and topology.world_size > REBUILD_MAX_RANKS and sizes)
     if not reuse:
         for i, n in enumerate(sizes):
-            out.append(simulate(algorithm, topology, n, collective=collective, dtype=dtype, mode=mode, op=op,
+            out.append(run(algorithm, topology, n, collective=collective, dtype=dtype, mode=mode, op=op,
                                 root=root, **params))
             if progress is not None:
                 progress(i + 1, len(sizes))
@@ -219,5 +221,5 @@ def _analytic(schedule: Schedule, rules: CostRules):
     return t.time, phases, t.tier_bytes, describe_bottleneck(t.bottleneck, rules), t.utilization
 
 
-__all__ = ["EVENT_MAX_MESSAGES", "MODES", "REBUILD_MAX_RANKS", "build_schedule", "count_for", "nbytes_for",
-           "resolve_topology", "simulate", "sweep"]
+__all__ = ["EVENT_MAX_MESSAGES", "MODES", "REBUILD_MAX_RANKS", "build_schedule", "check_call", "count_for",
+           "describe_bottleneck", "nbytes_for", "resolve_topology", "run", "sweep"]

@@ -39,8 +39,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .base import TIER_CODE, Topology, _fmt_reduce, as_index_array
-from .capabilities import SHARP_GENERATIONS, NvlsSpec, SharpSpec
+from .capabilities import SHARP_GENERATIONS, NvlsSpec, SharpSpec, nvls_derate
 from .fattree import FatTree
+from .runtime import GENERATIONS, NVLS_CHANNELS, RUNTIMES, NcclRuntime, default_ring_channels
 
 LEVEL_NAMES = ("leaf", "spine", "core", "l4", "l5", "l6")
 FABRIC_TIERS = ("nic", "leaf-spine", "spine-core", "fabric-l4", "fabric-l5", "fabric-l6")
@@ -57,12 +58,19 @@ class ClusterSpec:
     domains: int = 1
     gpus_per_domain: int = 8
     gpus_per_host: int | None = None  # informational: GPUs per VM / compute tray
+    # per GPU per direction; with nvlink_links and nvlink_link_bandwidth it must be their product (NCCL's
+    # application-level figure: links x per-link bandwidth, src/graph/topo.h SM90_NVLINK_BW / SM100_NVLINK_BW)
     nvlink_bandwidth: float = 450e9
+    nvlink_links: int | None = None
+    nvlink_link_bandwidth: float | None = None
     nvlink_latency: float = 0.5e-6
     nvls: bool = True
-    nvls_derate: float = 0.85
+    # NCCL's NVLS efficiency (src/graph/tuning.cc nvlsEfficiency); None: by generation and domain size
+    # (capabilities.nvls_derate)
+    nvls_derate: float | None = None
     # NICs
     nic_bandwidth: float = 50e9
+    nic_efficiency: float = 1.0  # payload bytes per wire byte (packet headers per MTU)
     nic_latency: float = 1.0e-6
     nic_planes: int = 1
     rails: int | None = None  # default: gpus_per_domain
@@ -90,6 +98,12 @@ class ClusterSpec:
     sharp_multicast: bool = True
     # host (GPU kernel) reduction throughput, bytes/s: one number or {dtype name: bytes/s, "default": ...}
     reduce_bandwidth: float | dict[str, float] = 1.0e12
+    # how collectives run: "nccl" (protocols, channels, NCCL's latencies and chunking: topology/runtime.py) or
+    # None (messages cost only their links: a host executor)
+    runtime: str | None = None
+    gpu: str | None = None  # GPU generation for NCCL's constants: "hopper" or "blackwell"
+    channels: int | None = None  # ring/tree channels; None: NCCL's default (runtime.default_ring_channels)
+    nvls_channels: int | None = None  # None: NCCL's default by generation (runtime.NVLS_CHANNELS)
 
     def __post_init__(self) -> None:
         def positive_int(field: str, value: object, minimum: int = 1) -> None:
@@ -124,12 +138,34 @@ class ClusterSpec:
         if self.oversubscription < 1:
             raise ValueError(f"oversubscription is the leaf's down:up ratio and must be >= 1, "
                              f"got {self.oversubscription}")
-        for f in ("nvlink_bandwidth", "nic_bandwidth", "nvls_derate", "sharp_sat_efficiency"):
+        for f in ("nvlink_bandwidth", "nic_bandwidth", "sharp_sat_efficiency"):
             positive(f, getattr(self, f))
         for f in ("nvlink_latency", "nic_latency", "fabric_latency", "switch_latency"):
             positive(f, getattr(self, f), allow_zero=True)
-        if not 0 < self.nvls_derate <= 1:
-            raise ValueError(f"nvls_derate must be in (0, 1], got {self.nvls_derate}")
+        for f in ("nvls_derate", "nic_efficiency"):
+            value = getattr(self, f)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, np.number))
+                                      or not 0 < value <= 1):
+                raise ValueError(f"{f} must be in (0, 1], got {value!r}")
+        if (self.nvlink_links is None) != (self.nvlink_link_bandwidth is None):
+            raise ValueError("give nvlink_links and nvlink_link_bandwidth together (NVLink bandwidth = links x "
+                             f"per-link bandwidth), got nvlink_links={self.nvlink_links!r}, "
+                             f"nvlink_link_bandwidth={self.nvlink_link_bandwidth!r}")
+        if self.nvlink_links is not None:
+            positive_int("nvlink_links", self.nvlink_links)
+            positive("nvlink_link_bandwidth", self.nvlink_link_bandwidth)
+            product = self.nvlink_links * self.nvlink_link_bandwidth
+            if not math.isclose(product, self.nvlink_bandwidth, rel_tol=1e-9):
+                raise ValueError(f"nvlink_bandwidth ({self.nvlink_bandwidth:g}) must be nvlink_links x "
+                                 f"nvlink_link_bandwidth ({self.nvlink_links} x {self.nvlink_link_bandwidth:g} = "
+                                 f"{product:g}); preset() recomputes nvlink_bandwidth when only the links change")
+        if self.runtime is not None and self.runtime not in RUNTIMES:
+            raise ValueError(f"runtime must be None or one of {', '.join(RUNTIMES)}, got {self.runtime!r}")
+        if self.gpu is not None and self.gpu not in GENERATIONS:
+            raise ValueError(f"gpu must be None or one of {', '.join(GENERATIONS)}, got {self.gpu!r}")
+        for f in ("channels", "nvls_channels"):
+            if getattr(self, f) is not None:
+                positive_int(f, getattr(self, f))
         if self.fabric_bandwidth is not None:
             values = self.fabric_bandwidth if isinstance(self.fabric_bandwidth, (list, tuple)) else \
                 [self.fabric_bandwidth]
@@ -288,6 +324,7 @@ class Cluster(Topology):
         # link blocks: (start, tier, bandwidth, latency, kind, level, direction)
         fbw = s.fabric_bandwidth
         per_port = s.nic_bandwidth / s.nic_planes
+        eff = s.nic_efficiency  # the network's links carry packets: their payload share of the line rate
         blocks_: list[tuple[int, int, float, float, str, int, int]] = [
             (0, TIER_CODE["nvlink"], s.nvlink_bandwidth, s.nvlink_latency, "nvlink", 0, 0),
             (N, TIER_CODE["nvlink"], s.nvlink_bandwidth, s.nvlink_latency, "nvlink", 0, 1),
@@ -298,11 +335,11 @@ class Cluster(Topology):
             size = trees * self.tree.cables[lv]  # type: ignore[union-attr]
             self.link_offset[lv] = start
             if lv == 1:
-                bw = s.nic_bandwidth
+                bw = s.nic_bandwidth * eff
                 lat_up, lat_down = s.nic_latency + s.switch_latency, s.nic_latency
             else:
                 port = fbw if fbw is None or not isinstance(fbw, (list, tuple)) else fbw[min(lv - 2, len(fbw) - 1)]
-                bw = (per_port if port is None else float(port)) * s.nic_planes
+                bw = (per_port if port is None else float(port)) * s.nic_planes * eff
                 lat_up = lat_down = s.fabric_latency + s.switch_latency
             tier = TIER_CODE[FABRIC_TIERS[lv - 1]]
             blocks_.append((start, tier, bw, lat_up, "fabric", lv, 0))
@@ -341,7 +378,20 @@ class Cluster(Topology):
     @property
     def nvls(self) -> NvlsSpec:
         s = self.spec
-        return NvlsSpec(s.nvls, s.nvlink_bandwidth, s.nvlink_latency, s.nvls_derate, s.gpus_per_domain)
+        derate = nvls_derate(s.gpu, s.gpus_per_domain) if s.nvls_derate is None else float(s.nvls_derate)
+        return NvlsSpec(s.nvls, s.nvlink_bandwidth, s.nvlink_latency, derate, s.gpus_per_domain)
+
+    @property
+    def runtime(self) -> NcclRuntime | None:
+        """How collectives run here (topology/runtime.py): NCCL's protocols and channels, or None (a host)."""
+        s = self.spec
+        if s.runtime is None:
+            return None
+        gen = s.gpu or "hopper"
+        multi = self.D > 1
+        ring = s.channels if s.channels is not None else default_ring_channels(gen, s.nvlink_bandwidth, self.R, multi)
+        nvls = s.nvls_channels if s.nvls_channels is not None else NVLS_CHANNELS[gen, multi]
+        return NcclRuntime(gen, int(ring), int(nvls), multi, self.R, self.G)
 
     @property
     def sharp(self) -> SharpSpec:
@@ -830,15 +880,20 @@ class Cluster(Topology):
         lines = [f"{s.name}: {s.description}" if s.description else s.name]
         host = f" ({self.G // s.gpus_per_host} hosts of {s.gpus_per_host} GPUs each)" if s.gpus_per_host else ""
         lines.append(f"  GPUs            {self.world_size:,} = {self.D:,} domains x {self.G}{host}")
-        lines.append(f"  NVLink          {s.nvlink_bandwidth / 1e9:,.0f} GB/s per GPU per direction, "
+        links = (f" ({s.nvlink_links} links x {s.nvlink_link_bandwidth / 1e9:g} GB/s)"
+                 if s.nvlink_links is not None else "")
+        lines.append(f"  NVLink          {s.nvlink_bandwidth / 1e9:,.1f} GB/s per GPU per direction{links}, "
                      f"{s.nvlink_latency * 1e6:.2f} us per hop")
-        lines.append("  NVLS            " + (f"yes, derate {s.nvls_derate} (effective "
+        lines.append("  NVLS            " + (f"yes, efficiency {nv.derate:g} (effective "
                                                 f"{nv.effective_bandwidth / 1e9:,.0f} GB/s)" if s.nvls else "no"))
+        rt = self.runtime
+        lines.append("  runtime         " + (rt.describe() if rt is not None else "none (messages cost their links)"))
         if self.tree is None:
             lines.append(f"  host reduction  {_fmt_reduce(s.reduce_bandwidth)}")
             lines.append("  fabric          none")
             return "\n".join(lines)
-        lines.append(f"  NIC             {s.nic_bandwidth * 8 / 1e9:,.0f} Gb/s ({s.nic_bandwidth / 1e9:,.1f} GB/s) "
+        eff = f", {s.nic_efficiency:g} payload" if s.nic_efficiency != 1 else ""
+        lines.append(f"  NIC             {s.nic_bandwidth * 8 / 1e9:,.0f} Gb/s ({s.nic_bandwidth / 1e9:,.1f} GB/s{eff}) "
                      f"per GPU per direction, {planes} plane(s), {self.R} rails, "
                      f"{s.nic_latency * 1e6:.2f} us")
         lines.append(f"  host reduction  {_fmt_reduce(s.reduce_bandwidth)}")

@@ -55,7 +55,10 @@ class RoundCost:
     load_coef: float  # max over links of chunks / raw bandwidth (utilization check)
     rows: np.ndarray = field(default=None)  # (R, 2) distinct (latency, s per chunk-byte) of receivers
     row_flow: np.ndarray = field(default=None)  # a flow of each row
-    recv_coef: np.ndarray = field(default=None)  # per flow: coef + the receiver's red_coef
+    recv_coef: np.ndarray = field(default=None)  # per flow: coef and the receiver's red_coef (model.reduce_end)
+    red_flow: np.ndarray = field(default=None)  # per flow: the receiver's red_coef (0 if it does not reduce)
+    overlap: bool = False  # reductions stream with the transfer (rules.overlap_reduce)
+    net: np.ndarray = field(default=None)  # per flow: crosses a NIC
 
 
 @dataclass
@@ -196,6 +199,7 @@ class _Hops:
     rc_add: np.ndarray  # per flow: the receiver's reduction seconds per chunk-byte (0 if it does not reduce)
     switch: bool  # some message starts or ends at a switch node
     fabric: bool  # some message starts or ends at a fabric switch (its cost depends on the SHARP protocol)
+    net: np.ndarray = None  # per flow: its path crosses a NIC (a network step, for NCCL's per-step latency)
 
 
 def _paths(rules: CostRules, src: np.ndarray, dst: np.ndarray) -> tuple:
@@ -277,8 +281,11 @@ def _hops(rules: CostRules, flows: tuple, cache: _PathCache | None = None) -> _H
     top = max(int(src.max()), int(dst.max())) if F else -1
     switch = bool(hl.size) and top >= rules.world_size
     fabric = switch and top >= rules.fabric_start
+    net = np.zeros(F, bool)
+    if hl.size:
+        net[fidx[hop_tier == TIERS.index("nic")]] = True
     return _Hops(src, dst, fidx, hl, raw_bw, hop_lat, hop_load, lat, starts, load_coef, tier, rn, rc, rc_add, switch,
-                 fabric)
+                 fabric, net)
 
 
 def _round_cost(rules: CostRules, pi: int, h: _Hops, repeats: int, collapsed: bool) -> RoundCost:
@@ -287,6 +294,11 @@ def _round_cost(rules: CostRules, pi: int, h: _Hops, repeats: int, collapsed: bo
     bw, factor = h.raw_bw, None
     if h.switch:
         factor = rules.hop_factor(src[fidx], dst[fidx], h.raw_bw, h.hop_lat)
+    if rules.efficiency != 1.0 and hl.size:
+        # the protocol's wire format: rank-to-rank messages carry data at `efficiency` of each hop's rate
+        p2p = (src[fidx] < rules.world_size) & (dst[fidx] < rules.world_size)
+        factor = (np.ones(hl.size) if factor is None else factor) * np.where(p2p, rules.efficiency, 1.0)
+    if factor is not None:
         bw = h.raw_bw * factor
     coef = np.zeros(F)
     crit_link = np.full(F, -1, np.int64)
@@ -303,10 +315,11 @@ def _round_cost(rules: CostRules, pi: int, h: _Hops, repeats: int, collapsed: bo
         crit_link[fidx[first]] = hl[first]
         if factor is not None:
             crit_factor[fidx[first]] = factor[first]
-    rc_flow = coef.copy()
+    red_flow = np.zeros(F)
     if h.rc_add is not None:
         hit, add = h.rc_add
-        rc_flow[hit] += add
+        red_flow[hit] = add
+    rc_flow = rules.reduce_end(coef, red_flow)
     lat = h.lat
     if F:
         # distinct (latency, seconds per byte) rows, minus those another row dominates in both
@@ -320,7 +333,7 @@ def _round_cost(rules: CostRules, pi: int, h: _Hops, repeats: int, collapsed: bo
     else:
         uniq, idx = np.zeros((0, 2)), np.zeros(0, np.int64)
     return RoundCost(pi, repeats, collapsed, src, dst, lat, coef, crit_link, crit_factor, h.rn, h.rc, h.tier,
-                     h.load_coef, uniq, idx, rc_flow)
+                     h.load_coef, uniq, idx, rc_flow, red_flow, rules.overlap_reduce, h.net)
 
 
 def _has_fabric_switches(schedule, rules: CostRules) -> bool:
@@ -331,12 +344,14 @@ def structure(schedule, rules: CostRules) -> Structure:
     """Size-independent costing of every round of `schedule` (cached by algorithm, parameters, topology)."""
     topo = rules.topology
     key = (schedule.algorithm, schedule.collective, schedule.world_size, schedule.root, _freeze(schedule.params),
-           _fingerprint(schedule), id(topo), rules.dtype, schedule.num_nodes,
-           rules.protocol if _has_fabric_switches(schedule, rules) else None)
+           _fingerprint(schedule), id(topo), rules.dtype, schedule.num_nodes, rules.efficiency, rules.overlap_reduce,
+           rules.sharp_protocol if _has_fabric_switches(schedule, rules) else None)
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is topo:
         return hit[1]
-    fkey = key[:-1]  # the messages do not depend on the SHARP protocol: evaluate the slots once
+    # the messages, their paths and loads depend on neither the protocol nor the SHARP protocol: evaluate the
+    # slots once per schedule and topology, cost them per protocol
+    fkey = key[:9]
     flows = _FLOWS.get(fkey)
     if flows is None or flows[0] is not topo:
         flows = (topo, [])
@@ -349,16 +364,11 @@ def structure(schedule, rules: CostRules) -> Structure:
                 its = [0] if rnd.uniform else range(rnd.repeats)
                 for it in its:
                     hops = _hops(rules, round_flows(phase, rnd, it, blocks), paths)
-                    # a round without fabric switches costs the same under either SHARP protocol: keep it
-                    fixed = None if hops.fabric else _round_cost(rules, pi, hops, rnd.repeats if rnd.uniform else 1,
-                                                                  rnd.uniform)
-                    flows[1].append((pi, rnd.repeats if rnd.uniform else 1, rnd.uniform,
-                                     hops if fixed is None else None, fixed))
+                    flows[1].append((pi, rnd.repeats if rnd.uniform else 1, rnd.uniform, hops))
         if len(_FLOWS) >= _CACHE_MAX:
             _FLOWS.pop(next(iter(_FLOWS)))
         _FLOWS[fkey] = flows
-    rounds = [fixed if fixed is not None else _round_cost(rules, pi, hops, reps, coll)
-              for pi, reps, coll, hops, fixed in flows[1]]
+    rounds = [_round_cost(rules, pi, hops, reps, coll) for pi, reps, coll, hops in flows[1]]
     st = Structure([ph.name for ph in schedule.phases], rounds, max(schedule.num_nodes, topo.num_nodes))
     if len(_CACHE) >= _CACHE_MAX:
         _CACHE.pop(next(iter(_CACHE)))
@@ -384,6 +394,11 @@ class Timing:
 def _classify(rc: RoundCost, f: int, cb: float) -> tuple[tuple, float]:
     lat, ser = float(rc.lat[f]), float(rc.coef[f]) * cb
     red = (float(rc.recv_coef[f]) - float(rc.coef[f])) * cb
+    if rc.overlap:  # streamed: the reduction is the bottleneck when it is slower than the transfer
+        red = float(rc.red_flow[f]) * cb
+        if red > ser and red >= lat:
+            return ("reduce", int(rc.dst[f]), 1.0), lat + max(ser, red)
+        red = 0.0
     if red >= ser and red >= lat:
         return ("reduce", int(rc.dst[f]), 1.0), lat + ser + red
     if ser >= lat:
@@ -428,7 +443,13 @@ def evaluate(st: Structure, cb: np.ndarray, dataflow: bool) -> Timing:
         ser = rc.coef * c
         recv_end = T.copy()
         np.maximum.at(recv_end, rc.dst, start + rc.lat + ser)
-        if rc.red_node.size:
+        if rc.red_node.size and rc.overlap:
+            # streamed (model.CostRules.overlap_reduce): the reduction runs from the round's first arriving
+            # byte at the kernel's rate, and the round ends no earlier than its last byte
+            first = np.full(T.shape, np.inf)
+            np.minimum.at(first, rc.dst, start + rc.lat)
+            recv_end[rc.red_node] = np.maximum(recv_end[rc.red_node], first[rc.red_node] + rc.red_coef * c)
+        elif rc.red_node.size:
             recv_end[rc.red_node] += rc.red_coef * c
         send_end = T.copy()
         np.maximum.at(send_end, rc.src, start + ser)

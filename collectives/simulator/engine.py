@@ -1,11 +1,15 @@
 """The engine's entry points: time a built schedule or a registered algorithm on a topology, by events or analytically.
 
 The engine never resolves "auto" (that is `collectives.choice`, called by `collectives.simulate`); it builds the
-named algorithm with the parameters it is given and costs the schedule.
+named algorithm with the parameters it is given and costs the schedule. On a cluster that runs NCCL's runtime
+(`topology.runtime`) a call runs in one of NCCL's protocols: the one given, or, as NCCL's own tuning does for an
+algorithm, the fastest of those its latency class runs in. Its time is the schedule's (event or analytic) plus
+NCCL's per-call latency (latency.py), which both modes add the same way.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import numpy as np
@@ -14,6 +18,7 @@ from ..schedule import Schedule
 from ..schedule.collective import ROOTED, check_collective
 from ..topology import TIERS
 from . import analytic, event
+from .latency import latency_class, step_depth
 from .model import CostRules, itemsize
 from .result import PhaseTime, SimulationResult
 
@@ -48,17 +53,31 @@ def nbytes_for(collective: str, count: int, world_size: int, size: int) -> int:
     return count * size
 
 
-def build_schedule(name: str, topology, collective: str, count: int, dtype: str = "float32", op: str = "sum",
-                   root: int | None = None, **params) -> Schedule:
-    """Build `name` through the registry, passing dtype/op to builders that take them."""
+@functools.lru_cache(maxsize=512)
+def builder_parameters(name: str) -> frozenset:
+    """Names the builder of `name` takes ("*" if it takes any keyword)."""
     from .. import algorithms
 
-    info = algorithms.info(name)
-    sig = inspect.signature(info.builder).parameters
+    sig = inspect.signature(algorithms.info(name).builder).parameters
+    if any(p.kind == p.VAR_KEYWORD for p in sig.values()):
+        return frozenset(("*",))
+    return frozenset(sig)
+
+
+def takes(name: str, parameter: str) -> bool:
+    params = builder_parameters(name)
+    return parameter in params or "*" in params
+
+
+def build_schedule(name: str, topology, collective: str, count: int, dtype: str = "float32", op: str = "sum",
+                   root: int | None = None, protocol: str | None = None, **params) -> Schedule:
+    """Build `name` through the registry, passing dtype, op and the protocol to builders that take them (a
+    pipelined builder sizes its default chunks by the protocol's step, runtime.NcclRuntime.chunk_bytes)."""
+    from .. import algorithms
+
     extra = {}
-    takes_any = any(p.kind == p.VAR_KEYWORD for p in sig.values())
-    for key, value in (("dtype", dtype), ("op", op)):
-        if (takes_any or key in sig) and key not in params:
+    for key, value in (("dtype", dtype), ("op", op), ("protocol", protocol)):
+        if value is not None and takes(name, key) and key not in params:
             extra[key] = value
     if collective in ROOTED and root is None:
         root = 0
@@ -85,15 +104,16 @@ def check_call(nbytes, dtype, op: str, collective: str) -> None:
 
 
 def run(algorithm, topology, nbytes: int | None = None, collective: str = "allreduce", dtype="float32",
-        mode: str = "auto", op: str = "sum", root: int | None = None, reason: str = "",
+        mode: str = "auto", op: str = "sum", root: int | None = None, reason: str = "", protocol: str | None = None,
         **params) -> SimulationResult:
     """Time `algorithm` (a registered name or a built Schedule) for `nbytes` on `topology`.
 
     `nbytes` is the full buffer as nccl-tests counts it: allreduce/broadcast/reduce count x itemsize,
     reduce_scatter the p*k-element input, allgather the p*k-element output (for a Schedule it defaults to the
     schedule's). mode: "event" (explicit per-node programs), "analytic" (round patterns, any scale) or "auto"
-    (event up to EVENT_MAX_MESSAGES messages). `reason` is recorded in the result (why this algorithm was run).
-    Returns a SimulationResult in SI units.
+    (event up to EVENT_MAX_MESSAGES messages). `protocol` (LL, LL128, Simple) applies on clusters that run NCCL's
+    runtime; None picks the fastest the algorithm runs in. `reason` is recorded in the result (why this
+    algorithm was run). Returns a SimulationResult in SI units.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -102,22 +122,61 @@ def run(algorithm, topology, nbytes: int | None = None, collective: str = "allre
                          "(collectives.simulate does)")
     check_call(nbytes, dtype, op, algorithm.collective if isinstance(algorithm, Schedule) else collective)
     topology = resolve_topology(topology)
+    runtime = getattr(topology, "runtime", None)
+    if protocol is not None and runtime is None:
+        raise ValueError(f"protocol {protocol!r} needs a cluster that runs NCCL's runtime; {topology.name!r} has none "
+                         "(its messages cost only their links)")
     isz = itemsize(dtype)
     if isinstance(algorithm, Schedule):
-        schedule = algorithm
-        collective = schedule.collective
+        collective = algorithm.collective
         if nbytes is None:
-            nbytes = nbytes_for(collective, schedule.count, schedule.world_size, isz)
-        if schedule.world_size != topology.world_size:
-            raise ValueError(f"the schedule has {schedule.world_size} ranks but {topology.name} has "
+            nbytes = nbytes_for(collective, algorithm.count, algorithm.world_size, isz)
+        if algorithm.world_size != topology.world_size:
+            raise ValueError(f"the schedule has {algorithm.world_size} ranks but {topology.name} has "
                              f"{topology.world_size}")
     else:
         check_collective(collective)
         if nbytes is None or nbytes < 0:
             raise ValueError(f"nbytes must be >= 0 (the full buffer in bytes), got {nbytes!r}")
+    best = None
+    runtime = getattr(topology, "runtime", None)
+    tried = [protocol] if runtime is None or protocol is not None else ["Simple", "LL128", "LL"]
+    for proto in tried:
+        res = _run_one(algorithm, topology, int(nbytes), collective, dtype, mode, op, root, proto, params,
+                       strict=protocol is not None)
+        if res is None:  # a protocol the algorithm's latency class does not run in
+            break
+        if best is None or res.time < best.time:
+            best = res
+    best.reason = reason
+    return best
+
+
+def _class_of(schedule: Schedule) -> str:
+    cls = latency_class(schedule)
+    switches = any(ph.groups.size and int(ph.groups.max()) >= schedule.world_size for ph in schedule.phases)
+    if switches and cls in ("ring", "tree"):
+        return "nvls"  # switch operations run NCCL's Simple kernels (a schedule that did not say its class)
+    return cls
+
+
+def _run_one(algorithm, topology, nbytes: int, collective: str, dtype, mode: str, op: str, root, protocol,
+             params: dict, strict: bool) -> SimulationResult | None:
+    """One protocol's run; None when the schedule's latency class does not run in `protocol` (an error if
+    `strict`: the caller asked for that protocol)."""
+    isz = itemsize(dtype)
+    if isinstance(algorithm, Schedule):
+        schedule = algorithm
+    else:
         count = count_for(collective, nbytes, topology.world_size, isz)
-        schedule = build_schedule(algorithm, topology, collective, count, str(dtype), op, root, **params)
-    rules = CostRules(topology, dtype, nbytes_for(collective, schedule.count, schedule.world_size, isz))
+        schedule = build_schedule(algorithm, topology, collective, count, str(dtype), op, root, protocol, **params)
+    runtime = getattr(topology, "runtime", None)
+    if runtime is not None and protocol is not None and protocol not in runtime.protocols(_class_of(schedule)):
+        if not strict:
+            return None
+        raise ValueError(f"{schedule.algorithm} (NCCL latency class {_class_of(schedule)}) runs in NCCL's "
+                         f"{', '.join(runtime.protocols(_class_of(schedule)))} protocol only, not {protocol}")
+    rules = CostRules(topology, dtype, nbytes_for(collective, schedule.count, schedule.world_size, isz), protocol)
     if mode == "auto":
         mode = "event" if event.estimate_messages(schedule) <= EVENT_MAX_MESSAGES else "analytic"
     if mode == "event":
@@ -125,12 +184,53 @@ def run(algorithm, topology, nbytes: int | None = None, collective: str = "allre
     else:
         res = _analytic(schedule, rules)
     time, phases, tiers, bottleneck, util = res
+    notes = list(schedule.notes)
+    if runtime is not None:
+        extra = call_latency(algorithm, schedule, topology, collective, dtype, op, root, protocol, params, rules)
+        if extra > 0:
+            phases = phases + [PhaseTime("NCCL call latency (launch, switch sync, per-step)", extra)]
+            if extra > time:
+                bottleneck = "latency: NCCL's per-call and per-step latency dominate"
+            time += extra
     return SimulationResult(
         algorithm=schedule.algorithm, collective=collective, topology=topology.name,
         world_size=schedule.world_size, nbytes=int(nbytes), count=schedule.count, dtype=rules.dtype, mode=mode,
         time=time, phases=phases, tier_bytes={t: float(b) for t, b in zip(TIERS, tiers, strict=True)},
-        bottleneck=bottleneck, notes=list(schedule.notes), reason=reason, max_link_utilization=util,
-        params=dict(schedule.params))
+        bottleneck=bottleneck, notes=notes, max_link_utilization=util, params=dict(schedule.params),
+        protocol=protocol, channels=schedule.params.get("channels"))
+
+
+_DEPTH: dict[tuple, float] = {}
+
+
+def call_latency(algorithm, schedule: Schedule, topology, collective: str, dtype, op: str, root, protocol: str,
+                 params: dict, rules: CostRules) -> float:
+    """NCCL's per-call latency of `schedule` (latency.py): the class's call latency plus the step latency along
+    the critical path of the unpipelined schedule (a named algorithm rebuilt with chunks=1; a Schedule as is).
+    Cached per (algorithm, parameters but chunks, topology, protocol): it does not depend on the size."""
+    runtime = topology.runtime
+    cls = _class_of(schedule)
+    base = runtime.call_latency(cls, protocol)
+    lam_nv = runtime.step_latency(cls, protocol, "nvlink")
+    lam_net = runtime.step_latency(cls, protocol, "net")
+    if isinstance(algorithm, Schedule) or not takes(algorithm, "chunks"):
+        flat = schedule
+        key = None
+    else:
+        flat_params = {k: v for k, v in params.items() if k != "chunks"}
+        key = (algorithm, collective, id(topology), analytic._freeze(flat_params), str(dtype), op, root, protocol,
+               rules.sharp_protocol, schedule.world_size)
+        if key in _DEPTH and _DEPTH[key][0] is topology:
+            return base + _DEPTH[key][1]
+        flat = build_schedule(algorithm, topology, collective, schedule.count, str(dtype), op, root, protocol,
+                              **{**flat_params, "chunks": 1})
+    st = analytic.structure(flat, rules)
+    depth = step_depth(st, lam_nv, lam_net, schedule.world_size)
+    if key is not None:
+        if len(_DEPTH) >= 256:
+            _DEPTH.pop(next(iter(_DEPTH)))
+        _DEPTH[key] = (topology, depth)
+    return base + depth
 
 
 REBUILD_MAX_RANKS = 65_536  # sweep: rebuild the schedule per size up to this many ranks, reuse it above

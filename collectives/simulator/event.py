@@ -3,7 +3,11 @@
 Messages are the matched send/receive pairs of the programs (the k-th send from a to b in round r meets the
 k-th receive at b from a in round r). Each node walks its rounds in order; entering a round posts its messages,
 and a message becomes an event once both its ends have entered its round (rounds of different nodes are
-otherwise independent: data dependencies only, no global barrier). Events are processed in start-time order.
+otherwise independent: data dependencies only, no global barrier). Events are processed in start-time order;
+messages that start at the same time go in the order their senders post them (a sender's first message of a
+round before any sender's second), so a node that sends many messages at once (an all-to-all round) does not
+take every receiver's link ahead of the other senders' first messages: the links serve the round's messages in
+turn, as the analytic model's fair share does.
 
 Each directed link is a FIFO resource: a message streams cut-through along its path; at each hop it waits until
 the link is free, holds it for bytes / effective bandwidth (model.py), and moves on after the hop's latency.
@@ -34,6 +38,7 @@ class Messages:
     round: np.ndarray
     nbytes: np.ndarray
     reduce: np.ndarray  # the receiver reduces (RECV_REDUCE)
+    position: np.ndarray  # the send's place among its sender's operations of the round (0 = posted first)
 
 
 def match_messages(schedule, itemsize: int) -> Messages:
@@ -60,12 +65,17 @@ def match_messages(schedule, itemsize: int) -> Messages:
         raise ScheduleError(f"message sizes disagree: node {int(ops.node[s_idx[i]])} sends {int(length[s_idx[i]])} "
                             f"elements to node {int(ops.peer[s_idx[i]])}, which expects {int(length[r_idx[i]])}",
                             node=int(ops.node[s_idx[i]]), round=int(ops.round[s_idx[i]]))
+    # position of each op in its node's round: its program index less that of the round's first op
+    first = np.r_[True, (ops.node[1:] != ops.node[:-1]) | (ops.round[1:] != ops.round[:-1])] if len(ops) else \
+        np.zeros(0, bool)
+    start_of = np.maximum.accumulate(np.where(first, np.arange(len(ops)), 0)) if len(ops) else np.zeros(0, np.int64)
+    position = (np.arange(len(ops)) - start_of)[s_idx]
     return Messages(ops.node[s_idx], ops.peer[s_idx], ops.round[s_idx], length[s_idx].astype(np.float64) * itemsize,
-                    ops.kind[r_idx] == int(OpKind.RECV_REDUCE))
+                    ops.kind[r_idx] == int(OpKind.RECV_REDUCE), position.astype(np.int64))
 
 
 @numba.njit(cache=True)
-def _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, ends, send_end, recv_end, heap):
+def _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, recv_end, heap):
     k = cur[v]
     send_end[k] = ready[v]
     recv_end[k] = ready[v]
@@ -73,11 +83,12 @@ def _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, ends, send_end, recv_e
         f = slot_msg[j]
         ends[f] += 1
         if ends[f] == 2:
-            heapq.heappush(heap, (max(ready[msrc[f]], ready[mdst[f]]), f))
+            heapq.heappush(heap, (max(ready[msrc[f]], ready[mdst[f]]), mpos[f], f))
 
 
 @numba.njit(cache=True)
-def _run(num_nodes, msrc, mdst, links, hser, hlat, slot_ptr, slot_msg, slot_red, node_first, node_last, num_links):
+def _run(num_nodes, msrc, mdst, mpos, links, hser, hlat, slot_ptr, slot_msg, slot_red, node_first, node_last,
+         num_links, overlap):
     nslots = slot_ptr.size - 1
     ready = np.zeros(num_nodes)
     cur = node_first.copy()
@@ -85,18 +96,19 @@ def _run(num_nodes, msrc, mdst, links, hser, hlat, slot_ptr, slot_msg, slot_red,
     pending = slot_ptr[1:] - slot_ptr[:-1]
     send_end = np.zeros(nslots)
     recv_end = np.zeros(nslots)
+    recv_first = np.full(nslots, np.inf)
     done = np.full(nslots, -1.0)
     free = np.zeros(num_links)
     busy = np.zeros(num_links)
     queued = np.zeros(msrc.size)
-    heap = [(0.0, np.int64(0))]
+    heap = [(0.0, np.int64(0), np.int64(0))]
     heap.pop()
     for v in range(num_nodes):
         if cur[v] < node_last[v]:
-            _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, ends, send_end, recv_end, heap)
+            _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, recv_end, heap)
     H = links.shape[1]
     while len(heap) > 0:
-        s, f = heapq.heappop(heap)
+        s, _, f = heapq.heappop(heap)
         delay = 0.0
         prefix = 0.0
         slowest = 0.0
@@ -113,22 +125,26 @@ def _run(num_nodes, msrc, mdst, links, hser, hlat, slot_ptr, slot_msg, slot_red,
             slowest = max(slowest, hser[f, h])
         queued[f] = delay
         sent = s + delay + slowest
-        arrival = sent + prefix
         for side in range(2):
             v = msrc[f] if side == 0 else mdst[f]
             k = cur[v]
             if side == 0:
                 send_end[k] = max(send_end[k], sent)
             else:
-                recv_end[k] = max(recv_end[k], arrival)
+                recv_end[k] = max(recv_end[k], sent + prefix)
+                # streamed reduction (overlap): it runs from the round's first arriving byte at the kernel's rate
+                recv_first[k] = min(recv_first[k], s + delay + prefix)
             pending[k] -= 1
             if pending[k] == 0:
-                end = max(send_end[k], recv_end[k] + slot_red[k])
+                if overlap:  # model.CostRules.overlap_reduce
+                    end = max(send_end[k], recv_end[k], recv_first[k] + slot_red[k] if slot_red[k] > 0 else 0.0)
+                else:
+                    end = max(send_end[k], recv_end[k] + slot_red[k])
                 done[k] = end
                 ready[v] = end
                 cur[v] += 1
                 if cur[v] < node_last[v]:
-                    _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, ends, send_end, recv_end, heap)
+                    _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, recv_end, heap)
     return done, busy, queued
 
 
@@ -167,8 +183,9 @@ def run(schedule, rules: CostRules) -> EventRun:
     num_nodes = max(schedule.num_nodes, topo.num_nodes)
     node_first = np.searchsorted(slot_node, np.arange(num_nodes), side="left").astype(np.int64)
     node_last = np.searchsorted(slot_node, np.arange(num_nodes), side="right").astype(np.int64)
-    done, busy, queued = _run(num_nodes, msg.src, msg.dst, links, hser, hlat, slot_ptr, mid.astype(np.int64), slot_red,
-                      node_first, node_last, topo.num_links)
+    done, busy, queued = _run(num_nodes, msg.src, msg.dst, msg.position, links, hser, hlat, slot_ptr,
+                              mid.astype(np.int64), slot_red, node_first, node_last, topo.num_links,
+                              rules.overlap_reduce)
     if (done < 0).any():
         k = int(np.flatnonzero(done < 0)[0])
         raise ScheduleError(f"deadlock: node {int(slot_node[k])} never completes round {int(slot_round[k])}",
@@ -198,7 +215,11 @@ def _critical(msg, links, hser, hlat, queued, bw, rules, slot_node, slot_round, 
     slot = np.searchsorted(slot_node * (int(slot_round.max()) + 1) + slot_round,
                            msg.dst * (int(slot_round.max()) + 1) + msg.round)
     red = slot_red[slot]
-    dur = queued + ser + lat + red
+    if rules.overlap_reduce:  # streamed: the reduction shows only where it is slower than the transfer
+        red = np.where(red > ser + queued, red, 0.0)
+        dur = queued + lat + np.maximum(ser, red)
+    else:
+        dur = queued + ser + lat + red
     order = np.lexsort((-dur, msg.round))
     first = order[np.r_[True, msg.round[order][1:] != msg.round[order][:-1]]]
     out = []

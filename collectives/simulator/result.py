@@ -53,6 +53,8 @@ class SimulationResult:
     reason: str = ""  # why this algorithm (algorithm="auto")
     max_link_utilization: float = 0.0  # busiest link's busy time / elapsed time (<= 1)
     params: dict[str, Any] = field(default_factory=dict)
+    protocol: str | None = None  # NCCL's protocol (LL, LL128, Simple) on a runtime cluster, else None
+    channels: int | None = None  # channels the schedule runs on (None: the algorithm has no channels)
 
     @property
     def algbw(self) -> float:
@@ -70,7 +72,9 @@ class SimulationResult:
 
     def summary(self) -> str:
         lines = [f"{self.algorithm} {self.collective} of {self.nbytes:,} B ({self.count:,} x {self.dtype} per rank) "
-                 f"on {self.topology} ({self.world_size:,} ranks), {self.mode} model:",
+                 f"on {self.topology} ({self.world_size:,} ranks), {self.mode} model"
+                 + (f", protocol {self.protocol}" if self.protocol else "")
+                 + (f", {self.channels} channel(s)" if self.channels else "") + ":",
                  f"  time {self.time * 1e6:,.2f} us, algbw {self.algbw / 1e9:,.2f} GB/s, "
                  f"busbw {self.busbw / 1e9:,.2f} GB/s",
                  f"  bottleneck: {self.bottleneck}"]

@@ -152,7 +152,12 @@ def round_flows(phase, rnd, it: int, blocks: list[np.ndarray] | None = None) -> 
     members = np.arange(M, dtype=np.int64)
     groups = phase.groups
     G = groups.shape[0]
-    lanes = _lanes(rnd, blocks, it) if blocks else None
+    sparse = getattr(rnd.slots, "lanes", None)  # optional: a slot function's busy members, lane by lane
+    lanes = None
+    if sparse is not None:
+        lanes = [(kind, m, peer, n) for kind, m, peer, n in sparse(it) if kind != OpKind.RECV]
+    elif blocks:
+        lanes = _lanes(rnd, blocks, it)
     if lanes is None:
         lanes = []
         for slot in rnd.slots(members, np.int64(it)):

@@ -2,19 +2,19 @@
 
 Messages are the matched send/receive pairs of the programs (the k-th send from a to b in round r meets the
 k-th receive at b from a in round r). Each node walks its rounds in order; entering a round posts its messages,
-and a message becomes an event once both its ends have entered its round (rounds of different nodes are
-otherwise independent: data dependencies only, no global barrier). Events are processed in start-time order;
-messages that start at the same time go in the order their senders post them (a sender's first message of a
-round before any sender's second), so a node that sends many messages at once (an all-to-all round) does not
-take every receiver's link ahead of the other senders' first messages: the links serve the round's messages in
-turn, as the analytic model's fair share does.
+and a message starts once both its ends have entered its round (rounds of different nodes are otherwise
+independent: data dependencies only, no global barrier). Messages that start at the same time start in the
+order their senders post them.
 
-Each directed link is a FIFO resource: a message streams cut-through along its path; at each hop it waits until
-the link is free, holds it for bytes / effective bandwidth (model.py), and moves on after the hop's latency.
-Its arrival = start + queueing + sum of hop latencies + bytes / slowest effective bandwidth. A node's round ends
-when its sends have left and its receives have landed, plus the reduction of what it received (model.py), and
-the node then enters its next round: that is how chunks pipeline. Reservations never overlap, so no link ever
-carries more than its bandwidth (checked: busy time <= elapsed time).
+Links are shared fairly (processor sharing): a message streams cut-through over its whole path at the least,
+over its links, of the link's effective bandwidth (model.py) divided by the messages streaming over that link
+at that moment, and every start or end of a message re-divides the links it uses. Its last byte leaves the
+sender when its bytes are streamed and lands after the path's latency. A node's round ends when its sends have
+left and its receives have landed, plus (or overlapped with: model.py) the reduction of what it received, and
+the node then enters its next round: that is how pieces pipeline. The analytic model shares a link among the
+round's messages the same way, which is why the two agree; here the sharing also follows messages of
+different rounds that meet on a link, and no link ever carries more than its bandwidth (checked: busy time
+<= elapsed time).
 """
 
 from __future__ import annotations
@@ -74,6 +74,9 @@ def match_messages(schedule, itemsize: int) -> Messages:
                     ops.kind[r_idx] == int(OpKind.RECV_REDUCE), position.astype(np.int64))
 
 
+START, FINISH, ARRIVE = 2, 0, 1  # event kinds; at equal times finishes free links before new messages take them
+
+
 @numba.njit(cache=True)
 def _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, recv_end, heap):
     k = cur[v]
@@ -83,68 +86,150 @@ def _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, 
         f = slot_msg[j]
         ends[f] += 1
         if ends[f] == 2:
-            heapq.heappush(heap, (max(ready[msrc[f]], ready[mdst[f]]), mpos[f], f))
+            heapq.heappush(heap, (max(ready[msrc[f]], ready[mdst[f]]), START, mpos[f], f, np.int64(0)))
 
 
 @numba.njit(cache=True)
-def _run(num_nodes, msrc, mdst, mpos, links, hser, hlat, slot_ptr, slot_msg, slot_red, node_first, node_last,
+def _rerate(g, t, links, hbw, nflow, rem, rate, last, ver, heap):
+    """Flow g's fair-share rate from now on: the least over its links of bandwidth / flows on the link."""
+    rem[g] -= rate[g] * (t - last[g])
+    if rem[g] < 0.0:
+        rem[g] = 0.0
+    last[g] = t
+    r = np.inf
+    for h in range(links.shape[1]):
+        link = links[g, h]
+        if link < 0:
+            break
+        r = min(r, hbw[g, h] / nflow[link])
+    rate[g] = r
+    ver[g] += 1
+    heapq.heappush(heap, (t + rem[g] / r, FINISH, np.int64(0), g, ver[g]))
+
+
+@numba.njit(cache=True)
+def _rerate_sharers(f, t, links, hbw, nflow, head, nxt, rem, rate, last, ver, active, heap):
+    """Every active flow that shares a link with f gets its new fair share."""
+    H = links.shape[1]
+    for h in range(H):
+        link = links[f, h]
+        if link < 0:
+            break
+        e = head[link]
+        while e >= 0:
+            g = e // H
+            if active[g] and g != f:
+                _rerate(g, t, links, hbw, nflow, rem, rate, last, ver, heap)
+            e = nxt[e]
+
+
+@numba.njit(cache=True)
+def _complete(v, t, is_send, k, overlap, send_end, recv_end, recv_first, slot_red, pending, done, ready, cur,
+              node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap):
+    """One end of a message is done at t: the sender's bytes have left, or the receiver's have landed."""
+    if is_send:
+        send_end[k] = max(send_end[k], t)
+    else:
+        recv_end[k] = max(recv_end[k], t)
+    pending[k] -= 1
+    if pending[k] == 0:
+        if overlap:  # model.CostRules.overlap_reduce
+            end = max(send_end[k], recv_end[k], recv_first[k] + slot_red[k] if slot_red[k] > 0 else 0.0)
+        else:
+            end = max(send_end[k], recv_end[k] + slot_red[k])
+        done[k] = end
+        ready[v] = end
+        cur[v] += 1
+        if cur[v] < node_last[v]:
+            _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, recv_end, heap)
+
+
+@numba.njit(cache=True)
+def _run(num_nodes, msrc, mdst, mpos, links, hbw, lat, nbytes, slot_ptr, slot_msg, slot_red, node_first, node_last,
          num_links, overlap):
+    M, H = links.shape
     nslots = slot_ptr.size - 1
     ready = np.zeros(num_nodes)
     cur = node_first.copy()
-    ends = np.zeros(msrc.size, np.int64)
+    ends = np.zeros(M, np.int64)
     pending = slot_ptr[1:] - slot_ptr[:-1]
     send_end = np.zeros(nslots)
     recv_end = np.zeros(nslots)
     recv_first = np.full(nslots, np.inf)
     done = np.full(nslots, -1.0)
-    free = np.zeros(num_links)
     busy = np.zeros(num_links)
-    queued = np.zeros(msrc.size)
-    heap = [(0.0, np.int64(0), np.int64(0))]
+    queued = np.zeros(M)
+    started = np.zeros(M)
+    rem = nbytes.copy()
+    rate = np.zeros(M)
+    last = np.zeros(M)
+    ver = np.zeros(M, np.int64)
+    active = np.zeros(M, np.bool_)
+    nflow = np.zeros(num_links, np.int64)
+    head = np.full(num_links, -1, np.int64)
+    nxt = np.full(M * H, -1, np.int64)
+    prv = np.full(M * H, -1, np.int64)
+    heap = [(0.0, np.int64(0), np.int64(0), np.int64(0), np.int64(0))]
     heap.pop()
     for v in range(num_nodes):
         if cur[v] < node_last[v]:
             _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, recv_end, heap)
-    H = links.shape[1]
     while len(heap) > 0:
-        s, _, f = heapq.heappop(heap)
-        delay = 0.0
-        prefix = 0.0
-        slowest = 0.0
-        for h in range(H):
-            link = links[f, h]
-            if link < 0:
-                break
-            head = s + prefix + delay
-            begin = max(head, free[link])
-            delay += begin - head
-            free[link] = begin + hser[f, h]
-            busy[link] += hser[f, h]
-            prefix += hlat[f, h]
-            slowest = max(slowest, hser[f, h])
-        queued[f] = delay
-        sent = s + delay + slowest
-        for side in range(2):
-            v = msrc[f] if side == 0 else mdst[f]
-            k = cur[v]
-            if side == 0:
-                send_end[k] = max(send_end[k], sent)
-            else:
-                recv_end[k] = max(recv_end[k], sent + prefix)
-                # streamed reduction (overlap): it runs from the round's first arriving byte at the kernel's rate
-                recv_first[k] = min(recv_first[k], s + delay + prefix)
-            pending[k] -= 1
-            if pending[k] == 0:
-                if overlap:  # model.CostRules.overlap_reduce
-                    end = max(send_end[k], recv_end[k], recv_first[k] + slot_red[k] if slot_red[k] > 0 else 0.0)
+        t, kind, _, f, version = heapq.heappop(heap)
+        if kind == START:
+            started[f] = t
+            kd = cur[mdst[f]]
+            recv_first[kd] = min(recv_first[kd], t + lat[f])
+            if links[f, 0] < 0 or nbytes[f] <= 0.0:  # nothing to stream: the message is sent at once
+                ks = cur[msrc[f]]
+                _complete(msrc[f], t, True, ks, overlap, send_end, recv_end, recv_first, slot_red, pending, done,
+                          ready, cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap)
+                heapq.heappush(heap, (t + lat[f], ARRIVE, np.int64(0), f, np.int64(0)))
+                continue
+            active[f] = True
+            last[f] = t
+            for h in range(H):
+                link = links[f, h]
+                if link < 0:
+                    break
+                e = f * H + h
+                nxt[e] = head[link]
+                if head[link] >= 0:
+                    prv[head[link]] = e
+                prv[e] = -1
+                head[link] = e
+                nflow[link] += 1
+                busy[link] += nbytes[f] / hbw[f, h]
+            _rerate(f, t, links, hbw, nflow, rem, rate, last, ver, heap)
+            _rerate_sharers(f, t, links, hbw, nflow, head, nxt, rem, rate, last, ver, active, heap)
+        elif kind == FINISH:
+            if version != ver[f] or not active[f]:
+                continue
+            active[f] = False
+            alone = np.inf
+            for h in range(H):
+                link = links[f, h]
+                if link < 0:
+                    break
+                alone = min(alone, hbw[f, h])
+                e = f * H + h
+                if prv[e] >= 0:
+                    nxt[prv[e]] = nxt[e]
                 else:
-                    end = max(send_end[k], recv_end[k] + slot_red[k])
-                done[k] = end
-                ready[v] = end
-                cur[v] += 1
-                if cur[v] < node_last[v]:
-                    _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, recv_end, heap)
+                    head[link] = nxt[e]
+                if nxt[e] >= 0:
+                    prv[nxt[e]] = prv[e]
+                nflow[link] -= 1
+            queued[f] = max(t - started[f] - nbytes[f] / alone, 0.0)
+            _rerate_sharers(f, t, links, hbw, nflow, head, nxt, rem, rate, last, ver, active, heap)
+            ks = cur[msrc[f]]
+            _complete(msrc[f], t, True, ks, overlap, send_end, recv_end, recv_first, slot_red, pending, done, ready,
+                      cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap)
+            heapq.heappush(heap, (t + lat[f], ARRIVE, np.int64(0), f, np.int64(0)))
+        else:  # ARRIVE: the last byte has landed
+            kd = cur[mdst[f]]
+            _complete(mdst[f], t, False, kd, overlap, send_end, recv_end, recv_first, slot_red, pending, done, ready,
+                      cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap)
     return done, busy, queued
 
 
@@ -168,6 +253,7 @@ def run(schedule, rules: CostRules) -> EventRun:
     bw, _ = rules.hop_bandwidth(msg.src[:, None], msg.dst[:, None], links)
     hser = np.where(links >= 0, msg.nbytes[:, None] / bw, 0.0)
     hlat = rules.path_latency(links)
+    hbw = np.where(links >= 0, bw, np.inf)
     # (node, round) slots: each message appears in its sender's and its receiver's slot
     node = np.concatenate((msg.src, msg.dst))
     rnd = np.concatenate((msg.round, msg.round))
@@ -183,8 +269,8 @@ def run(schedule, rules: CostRules) -> EventRun:
     num_nodes = max(schedule.num_nodes, topo.num_nodes)
     node_first = np.searchsorted(slot_node, np.arange(num_nodes), side="left").astype(np.int64)
     node_last = np.searchsorted(slot_node, np.arange(num_nodes), side="right").astype(np.int64)
-    done, busy, queued = _run(num_nodes, msg.src, msg.dst, msg.position, links, hser, hlat, slot_ptr,
-                              mid.astype(np.int64), slot_red, node_first, node_last, topo.num_links,
+    done, busy, queued = _run(num_nodes, msg.src, msg.dst, msg.position, links, hbw, hlat.sum(axis=1), msg.nbytes,
+                              slot_ptr, mid.astype(np.int64), slot_red, node_first, node_last, topo.num_links,
                               rules.overlap_reduce)
     if (done < 0).any():
         k = int(np.flatnonzero(done < 0)[0])

@@ -241,7 +241,9 @@ def build_hierarchical(collective: str, world_size: int, count: int, *, root=Non
             switches.append(np.asarray(fabric, np.int64))
             params.update({f"sharp_{key}": v for key, v in plan.items() if key != "chunks"})
     else:
-        phases = _sequential(topology, collective, intra_used, inter_used, plan, options, work, k, c,
+        # host rings and trees pipeline only when asked: NCCL's pieces are for the switches' stages
+        host_c = 1 if chunks is None else c
+        phases = _sequential(topology, collective, intra_used, inter_used, plan, options, work, k, c, host_c,
                              inter_chunks, groups, off, length, notes, switches, params)
     params.update(intra_used=intra_used, inter_used=inter_used, pipelined=pipelined)
     if reasons:
@@ -251,9 +253,10 @@ def build_hierarchical(collective: str, world_size: int, count: int, *, root=Non
     return sched
 
 
-def _sequential(topology, collective, intra_used, inter_used, plan, options, work, k, c, inter_chunks, groups, off,
-                length, notes, switches, params) -> list[Phase]:
-    """The stages one after another (reduce_scatter, allgather, and allreduce over ring or rabenseifner)."""
+def _sequential(topology, collective, intra_used, inter_used, plan, options, work, k, c, host_c, inter_chunks,
+                groups, off, length, notes, switches, params) -> list[Phase]:
+    """The stages one after another (reduce_scatter, allgather, and allreduce over ring or rabenseifner): NVLS
+    stages in `c` pieces, host ring stages in `host_c` segments."""
     D, G, p = topology.num_domains, topology.gpus_per_domain, topology.world_size
     dom = topology.domain_groups()
 
@@ -262,10 +265,10 @@ def _sequential(topology, collective, intra_used, inter_used, plan, options, wor
             return []
         if intra_used == "nvls":
             return [nvls_phase(kind, topology, work, c)]
-        table = ChunkTable.whole(work, G, c, groups=D)
+        table = ChunkTable.whole(work, G, host_c, groups=D)
         if kind == "reduce_scatter":
-            return [ring_reduce_scatter_phase("ring reduce-scatter (intra)", dom, table, c, -1)]
-        return [ring_allgather_phase("ring allgather (intra)", dom, table, c, 0)]
+            return [ring_reduce_scatter_phase("ring reduce-scatter (intra)", dom, table, host_c, -1)]
+        return [ring_allgather_phase("ring allgather (intra)", dom, table, host_c, 0)]
 
     kind = collective
     inter_phases: list[Phase] = []
@@ -287,7 +290,7 @@ def _sequential(topology, collective, intra_used, inter_used, plan, options, wor
         switches.append(forest.switches)
         params.update({f"sharp_{key}": v for key, v in plan.items()})
     if D > 1 and inter_used in HOST_INTER:
-        ci = c if inter_chunks is None else int(inter_chunks)
+        ci = host_c if inter_chunks is None else int(inter_chunks)
         if inter_used == "double_binary_tree" and kind != "allreduce":
             if kind == "allgather":
                 notes.append("double_binary_tree has no allgather: shards are allgathered with ring")

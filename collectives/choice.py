@@ -8,10 +8,14 @@
   to every collective, a prefixed one overrides it for its collective);
 - `COLLECTIVES_DEBUG=INFO` logs every choice and its reason on logging.getLogger("collectives").
 
-Chunk selection: an algorithm whose builder pipelines over a `chunks` parameter (an integer default) is compared
-at its best chunk count, not its default: the tuner tries 1, 2, 4, ... up to `TUNE_MAX_CHUNKS` chunks of at least
-`TUNE_MIN_CHUNK_BYTES` each, stopping at the first count that is no faster than the previous one, and reports
-the count it chose (with the time) in the reason and the table. A `chunks` given by the caller is kept as is.
+What is priced. On a cluster that runs NCCL's runtime (`topology.runtime`) every candidate algorithm x protocol
+(LL, LL128, Simple: the engine times each protocol the algorithm's latency class runs in and keeps the fastest,
+as NCCL's tuning table does) x channel count (the topology's default, and 1 and 2, for builders with a
+`channels` parameter), each pipelined builder at NCCL's chunking; the pick is the fastest, and its protocol and
+channels are returned with it and named in the reason. Elsewhere (a host, `fully_connected`) an algorithm whose
+builder pipelines over a `chunks` parameter is compared at its best chunk count: the chooser tries 1, 2, 4, ...
+up to `TUNE_MAX_CHUNKS` chunks of at least `TUNE_MIN_CHUNK_BYTES` each, stopping at the first count that is no
+faster than the previous one. Parameters given by the caller are kept as they are.
 """
 
 from __future__ import annotations
@@ -102,15 +106,19 @@ def candidates(collective: str, topology, env: str | None = None) -> tuple[list[
 
 
 def chunk_candidates(name: str, nbytes: int, params: dict | None = None) -> list[int]:
-    """Chunk counts the tuner tries for `name` at `nbytes` (ascending; [] when it does not choose them): powers
-    of two from 1 while a chunk keeps TUNE_MIN_CHUNK_BYTES, for builders with an integer `chunks` default that
-    the caller did not set."""
+    """Chunk counts the chooser tries for `name` at `nbytes` off a runtime cluster (ascending; [] when it does
+    not choose them): powers of two from 1 while a chunk keeps TUNE_MIN_CHUNK_BYTES, for builders with a
+    `chunks` parameter (an integer default, or None: the builder's own chunking) the caller did not set, unless
+    the builder plans its own (sharp: SHARP's OST quota)."""
     from .registry import parameters
 
     if params and "chunks" in params:
         return []
-    default = parameters(name).get("chunks", None)
-    if isinstance(default, bool) or not isinstance(default, int):
+    own = parameters(name)
+    if "chunks" not in own or name in OWN_CHUNKING:
+        return []
+    default = own["chunks"]
+    if isinstance(default, bool) or not (default is None or isinstance(default, int)):
         return []
     out, c = [1], 2
     while c <= TUNE_MAX_CHUNKS and nbytes // c >= TUNE_MIN_CHUNK_BYTES:
@@ -119,11 +127,60 @@ def chunk_candidates(name: str, nbytes: int, params: dict | None = None) -> list
     return out
 
 
+# builders that size their own pipeline from the hardware's limits (SHARP's outstanding-transaction quota)
+OWN_CHUNKING = ("sharp",)
+CHANNEL_TRIES = (1, 2)  # channel counts priced beside the topology's default
+
+
 def describe_choice(name: str, params: dict | None) -> str:
-    """`name`, or `name (chunks=8)` with the parameters the tuner chose."""
+    """`name`, or `name (LL, 16 channels)` / `name (chunks=8)` with the parameters the chooser picked."""
     if not params:
         return name
-    return f"{name} ({', '.join(f'{k}={v}' for k, v in sorted(params.items()))})"
+    parts = []
+    if params.get("protocol"):
+        parts.append(str(params["protocol"]))
+    if params.get("channels"):
+        parts.append(f"{params['channels']} channel{'s' if params['channels'] != 1 else ''}")
+    parts += [f"{k}={v}" for k, v in sorted(params.items()) if k not in ("protocol", "channels")]
+    return f"{name} ({', '.join(parts)})"
+
+
+def channel_variants(name: str, topology, params: dict) -> list[dict]:
+    """The channel counts priced for `name`: its default ({}), and CHANNEL_TRIES below it, for builders that
+    take `channels` (unless the caller set them)."""
+    from .registry import parameters
+
+    if "channels" in params or "channels" not in parameters(name):
+        return [{}]
+    return [{}] + [{"channels": c} for c in CHANNEL_TRIES]
+
+
+def price(name: str, topology, collective: str, sizes: list[int], dtype: str = "float32", op: str = "sum",
+          params: dict | None = None, choose_chunks: bool = True) -> tuple[list[float], list[dict]]:
+    """Best predicted time (analytic model) of `name` at each size, over the variants this module prices (see
+    the module docstring), and the parameters that gave it (protocol and channels on a runtime cluster)."""
+    from .simulator import engine
+
+    own = dict(params or {})
+    if getattr(topology, "runtime", None) is None:
+        def run(ns, extra):
+            return [r.time for r in engine.sweep(name, topology, ns, collective=collective, dtype=dtype,
+                                                 mode="analytic", op=op, **own, **extra)]
+
+        if choose_chunks:
+            return _times_over_chunks(run, name, sizes, own,
+                                      _cost_of(name, topology, collective, max(sizes), dtype, op, own))
+        return run(sizes, {}), [{} for _ in sizes]
+    best = [float("inf")] * len(sizes)
+    chosen: list[dict] = [{} for _ in sizes]
+    for extra in channel_variants(name, topology, own):
+        results = engine.sweep(name, topology, sizes, collective=collective, dtype=dtype, mode="analytic", op=op,
+                               **own, **extra)
+        for i, r in enumerate(results):
+            if r.time < best[i]:
+                best[i] = r.time
+                chosen[i] = {k: v for k, v in (("protocol", r.protocol), ("channels", r.channels)) if v}
+    return best, chosen
 
 
 def analysis_cost(schedule) -> int:
@@ -195,24 +252,13 @@ def predict(names: list[str], collective: str, nbytes: int, topology, dtype: str
 
 
 def _predict(names, collective, nbytes, topology, dtype, op, choose_chunks, params):
-    from .simulator.engine import run as simulate
-
     times: dict[str, float] = {}
     skipped: dict[str, str] = {}
     chosen: dict[str, dict] = {}
     for name in names:
-        own = dict(params.get(name, {}))
-
-        def run(sizes, extra, name=name, own=own):
-            return [simulate(name, topology, n, collective=collective, dtype=dtype, mode="analytic", op=op,
-                             **own, **extra).time for n in sizes]
-
         try:
-            if choose_chunks:
-                (t,), (extra,) = _times_over_chunks(run, name, [int(nbytes)], own,
-                                                    _cost_of(name, topology, collective, int(nbytes), dtype, op, own))
-            else:
-                (t,), extra = run([int(nbytes)], {}), {}
+            (t,), (extra,) = price(name, topology, collective, [int(nbytes)], dtype, op, params.get(name, {}),
+                                   choose_chunks)
         except ValueError as exc:
             skipped[name] = str(exc).splitlines()[0]
             continue
@@ -240,9 +286,13 @@ def resize(topology, world_size: int):
 
 
 @functools.lru_cache(maxsize=4096)
-def _choose(collective: str, nbytes: int, topology, dtype: str, op: str, env: str | None
-            ) -> tuple[str, tuple, str]:
+def _choose(collective: str, nbytes: int, topology, dtype: str, op: str, env: str | None,
+            among: tuple[str, ...] | None = None) -> tuple[str, tuple, str]:
     names, how = candidates(collective, topology, env)
+    if among is not None:
+        names = [n for n in names if n in among]
+        if not names:
+            raise ValueError(f"none of the candidates {', '.join(among)} is allowed for {collective} ({how or 'all'})")
     if len(names) == 1:
         return names[0], (), f"{how} (the only allowed algorithm for {collective})"
     times, skipped, chosen = _predict(names, collective, nbytes, topology, dtype, op, True, {})
@@ -264,25 +314,31 @@ def _choose(collective: str, nbytes: int, topology, dtype: str, op: str, env: st
 
 
 def select(collective: str, nbytes: int, topology, world_size: int | None = None, dtype: str = "float32",
-           op: str = "sum", **_ignored) -> tuple[str, dict, str]:
-    """(algorithm, builder parameters the tuner chose for it, reason): `choose` with the chosen chunk count."""
+           op: str = "sum", candidates: list[str] | tuple[str, ...] | None = None,
+           **_ignored) -> tuple[str, dict, str]:
+    """(algorithm, parameters chosen for it, reason): the pick of `choose`, with the protocol, channels or chunk
+    count it was priced at (pass them on to simulate / the builder to run what was priced). `candidates`
+    narrows the algorithms considered (COLLECTIVES_ALGO still applies)."""
     _configure_logging()
     if world_size is not None:
         topology = resize(topology, int(world_size))
-    name, chosen, reason = _choose(collective, int(nbytes), topology, str(dtype), str(op), environment.get(ENV_ALGO))
+    among = tuple(candidates) if candidates is not None else None
+    name, chosen, reason = _choose(collective, int(nbytes), topology, str(dtype), str(op), environment.get(ENV_ALGO),
+                                   among)
     log.info("%s of %d B on %s (%d ranks): %s; %s", collective, nbytes, topology.name, topology.world_size,
              describe_choice(name, dict(chosen)), reason)
     return name, dict(chosen), reason
 
 
 def choose(collective: str, nbytes: int, topology, world_size: int | None = None, dtype: str = "float32",
-           op: str = "sum", **_ignored) -> tuple[str, str]:
-    """The algorithm to run for (collective, nbytes) on `topology`, and why (cached; reads COLLECTIVES_ALGO).
-    The reason names the chunk count the tuner chose; `select` returns it as parameters."""
-    name, _, reason = select(collective, nbytes, topology, world_size, dtype, op)
+           op: str = "sum", candidates: list[str] | tuple[str, ...] | None = None, **_ignored) -> tuple[str, str]:
+    """The algorithm to run for (collective, nbytes) on `topology`, and why (cached, cheap on repeat; reads
+    COLLECTIVES_ALGO). The reason names the protocol, channels or chunk count it was priced at; `select`
+    returns them as parameters."""
+    name, _, reason = select(collective, nbytes, topology, world_size, dtype, op, candidates)
     return name, reason
 
 
 __all__ = ["ENV_ALGO", "ENV_DEBUG", "TUNE_MAX_CHUNKS", "TUNE_MAX_COST", "TUNE_MAX_COST_RATIO", "TUNE_MIN_CHUNK_BYTES",
-           "AlgoRule", "analysis_cost", "candidates", "choose", "chunk_candidates", "describe_choice",
-           "parse_algo_env", "predict", "resize", "select"]
+           "AlgoRule", "analysis_cost", "candidates", "channel_variants", "choose", "chunk_candidates",
+           "describe_choice", "parse_algo_env", "predict", "price", "resize", "select"]

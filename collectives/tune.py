@@ -11,7 +11,7 @@ import sys
 import types
 from dataclasses import dataclass, field
 
-from .choice import _cost_of, _times_over_chunks, candidates, describe_choice
+from .choice import candidates, describe_choice, price
 
 
 @dataclass
@@ -51,14 +51,14 @@ class TuneTable:
                  "analytic model"]
         if self.note:
             lines.append(f"# {self.note}")
-        lines.append(f"# {'size range':<23} {'choice':<22} {'time(us)':>12}   runners-up: time(us)")
+        lines.append(f"# {'size range':<23} {'choice (protocol, channels)':<36} {'time(us)':>12}   runners-up: time(us)")
         by_size = {r.nbytes: r for r in self.rows}
         for lo, hi, name in self.ranges():
             rng = format_size(lo) if lo == hi else f"{format_size(lo)} - {format_size(hi)}"
             row = by_size[hi]
             others = sorted((n for n in row.times if n != name), key=row.times.get)
             runners = ", ".join(f"{row.label(n)} {row.times[n] * 1e6:,.2f}" for n in others[:3])
-            lines.append(f"  {rng:<23} {row.label(name):<22} {row.times[name] * 1e6:>12,.2f}   {runners} "
+            lines.append(f"  {rng:<23} {row.label(name):<36} {row.times[name] * 1e6:>12,.2f}   {runners} "
                          f"(at {format_size(hi)})")
         for name, why in self.skipped.items():
             lines.append(f"# not a candidate: {name}: {why}")
@@ -73,10 +73,11 @@ def tune(topology, collective: str = "allreduce", sizes=None, algorithms: list[s
          **params) -> TuneTable:
     """Predict every candidate at every size (bytes; default 8 B..8 GiB by powers of 2) and tabulate winners.
 
-    `params` maps an algorithm name to its builder parameters, e.g. hierarchical={"inter": "ring"}. With
-    `choose_chunks`, pipelined algorithms are timed at their best chunk count per size (row.params says which).
+    `params` maps an algorithm name to its builder parameters, e.g. hierarchical={"inter": "ring"}. Each
+    candidate is priced as `collectives.choice` prices it (protocol and channels on a runtime cluster; with
+    `choose_chunks`, the best chunk count elsewhere), and row.params says at what.
     """
-    from .simulator.engine import resolve_topology, sweep
+    from .simulator.engine import resolve_topology
 
     topology = resolve_topology(topology)
     sizes = [8 << i for i in range(31)] if sizes is None else [int(s) for s in sizes]
@@ -88,18 +89,9 @@ def tune(topology, collective: str = "allreduce", sizes=None, algorithms: list[s
     chosen: dict[str, list[dict]] = {}
     skipped: dict[str, str] = {}
     for i, name in enumerate(names):
-        own = dict(params.get(name, {}))
-
-        def run(ns, extra, name=name, own=own):
-            return [r.time for r in sweep(name, topology, ns, collective=collective, dtype=dtype, mode="analytic",
-                                          op=op, **own, **extra)]
-
         try:
-            if choose_chunks:
-                table[name], chosen[name] = _times_over_chunks(
-                    run, name, sizes, own, _cost_of(name, topology, collective, max(sizes), dtype, op, own))
-            else:
-                table[name], chosen[name] = run(sizes, {}), [{} for _ in sizes]
+            table[name], chosen[name] = price(name, topology, collective, sizes, dtype, op, params.get(name, {}),
+                                              choose_chunks)
         except ValueError as exc:
             skipped[name] = str(exc).splitlines()[0]
         if progress is not None:

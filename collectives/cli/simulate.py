@@ -120,6 +120,11 @@ def add_parser(sub) -> None:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--op", default="sum")
     p.add_argument("--mode", choices=("auto", "event", "analytic"), default="analytic")
+    p.add_argument("--protocol", default=None, choices=("LL", "LL128", "Simple"),
+                   help="NCCL protocol on clusters that run NCCL's runtime (default: the fastest per size, as NCCL)")
+    p.add_argument("--trace", default=None, metavar="FILE.json",
+                   help="write the event simulation of the first algorithm at the largest size as a Chrome trace "
+                        "(open in Perfetto: one process per rank, one track per channel or link)")
     p.add_argument("--param", action="append", default=[], metavar="[ALGO.]KEY=VALUE",
                    help="builder parameter, e.g. --param intra=nvls or --param hierarchical.inter=ring")
     p.add_argument("--csv", default=None, metavar="FILE", help="also write every row as CSV")
@@ -174,8 +179,11 @@ def run(args) -> int:
     failed: dict[str, str] = {}
     for name in names:
         try:
+            kw = dict(params[name])
+            if args.protocol is not None:
+                kw["protocol"] = args.protocol
             results[name] = sweep(name, topology, sizes, collective=args.collective, dtype=args.dtype,
-                                  mode=args.mode, op=args.op, progress=lambda i, n: bar.step(), **params[name])
+                                  mode=args.mode, op=args.op, progress=lambda i, n: bar.step(), **kw)
         except (ValueError, TypeError, NotImplementedError, AttributeError) as exc:
             failed[name] = str(exc).splitlines()[0]
             bar.step(len(sizes))
@@ -197,19 +205,20 @@ def run(args) -> int:
         for n in notes:
             print(f"# note: {n}")
         print(f"# {'size':>10} {'count':>12} {'type':>8} {'redop':>6} {'root':>6} {'time(us)':>12} "
-              f"{'algbw(GB/s)':>12} {'busbw(GB/s)':>12}  winner  bottleneck")
+              f"{'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'proto':>6} {'ch':>4}  winner  bottleneck")
         for i, r in enumerate(res):
             mark = "*" if best[i] == name else ""
             print(f"  {r.nbytes:>10d} {r.count:>12d} {tname:>8} {args.op:>6} {root:>6} {r.time * 1e6:>12.2f} "
-                  f"{r.algbw / 1e9:>12.2f} {r.busbw / 1e9:>12.2f}  {mark:^6}  "
-                  + (f"[{r.algorithm}] " if name == "auto" else "") + r.bottleneck)
+                  f"{r.algbw / 1e9:>12.2f} {r.busbw / 1e9:>12.2f} {r.protocol or '-':>6} {r.channels or '-':>4}  "
+                  f"{mark:^6}  " + (f"[{r.algorithm}] " if name == "auto" else "") + r.bottleneck)
         avg = sum(r.busbw for r in res) / len(res)
         print(f"# Avg bus bandwidth    : {avg / 1e9:.4f}")
     for n, why in failed.items():
         print(f"# skipped {n}: {why}")
     rows = [dict(algorithm=name, size=r.nbytes, count=r.count, type=tname, redop=args.op, root=root,
                  time_us=r.time * 1e6, algbw_GBps=r.algbw / 1e9, busbw_GBps=r.busbw / 1e9,
-                 winner=best[i] == name, bottleneck=r.bottleneck, mode=r.mode)
+                 protocol=r.protocol or "", channels=r.channels or "", winner=best[i] == name,
+                 bottleneck=r.bottleneck, mode=r.mode)
             for name, res in results.items() for i, r in enumerate(res)]
     if args.csv:
         with open(args.csv, "w", newline="") as fh:
@@ -221,9 +230,25 @@ def run(args) -> int:
             json.dump({"topology": topology.name, "world_size": topology.world_size, "collective": args.collective,
                        "dtype": args.dtype, "itemsize": itemsize(args.dtype), "results": [
                            r.to_dict() for res in results.values() for r in res]}, fh, indent=1)
+    if args.trace:
+        write_trace(args, topology, names, results)
     if args.plot:
         return plot(results, args.plot, f"{args.collective} on {topology.name} ({topology.world_size:,} ranks)")
     return 0
+
+
+def write_trace(args, topology, names: list[str], results: dict) -> None:
+    """--trace: the event simulation of the first simulated algorithm at the largest size, as a Chrome trace."""
+    from ..simulate import simulate
+    from ..simulator.trace import write_chrome_trace
+
+    name = next(n for n in names if n in results)
+    last = results[name][-1]
+    kw = {k: v for k, v in last.params.items() if k in ("chunks", "channels")}
+    res = simulate(last.algorithm, topology, last.nbytes, collective=args.collective, dtype=args.dtype,
+                   mode="event", op=args.op, protocol=last.protocol, trace=True, **kw)
+    path = write_chrome_trace(res, args.trace)
+    print(f"# trace: {path} ({res.algorithm}, {res.nbytes:,} B, event model; open in https://ui.perfetto.dev)")
 
 
 def plot(results: dict, path: str, title: str) -> int:

@@ -105,7 +105,7 @@ def check_call(nbytes, dtype, op: str, collective: str) -> None:
 
 def run(algorithm, topology, nbytes: int | None = None, collective: str = "allreduce", dtype="float32",
         mode: str = "auto", op: str = "sum", root: int | None = None, reason: str = "", protocol: str | None = None,
-        **params) -> SimulationResult:
+        trace: bool = False, **params) -> SimulationResult:
     """Time `algorithm` (a registered name or a built Schedule) for `nbytes` on `topology`.
 
     `nbytes` is the full buffer as nccl-tests counts it: allreduce/broadcast/reduce count x itemsize,
@@ -113,8 +113,11 @@ def run(algorithm, topology, nbytes: int | None = None, collective: str = "allre
     schedule's). mode: "event" (explicit per-node programs), "analytic" (round patterns, any scale) or "auto"
     (event up to EVENT_MAX_MESSAGES messages). `protocol` (LL, LL128, Simple) applies on clusters that run NCCL's
     runtime; None picks the fastest the algorithm runs in. `reason` is recorded in the result (why this
-    algorithm was run). Returns a SimulationResult in SI units.
+    algorithm was run). `trace` (event mode) keeps the timeline of every message and round in `result.trace`
+    (collectives.simulator.trace writes it as a Chrome trace). Returns a SimulationResult in SI units.
     """
+    if trace and mode != "event":
+        raise ValueError(f"a trace is the event simulation's timeline: pass mode='event' with trace=True, not {mode!r}")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if isinstance(algorithm, str) and algorithm == "auto":
@@ -143,7 +146,7 @@ def run(algorithm, topology, nbytes: int | None = None, collective: str = "allre
     tried = [protocol] if runtime is None or protocol is not None else ["Simple", "LL128", "LL"]
     for proto in tried:
         res = _run_one(algorithm, topology, int(nbytes), collective, dtype, mode, op, root, proto, params,
-                       strict=protocol is not None)
+                       strict=protocol is not None, trace=trace)
         if res is None:  # a protocol the algorithm's latency class does not run in
             break
         if best is None or res.time < best.time:
@@ -161,7 +164,7 @@ def _class_of(schedule: Schedule) -> str:
 
 
 def _run_one(algorithm, topology, nbytes: int, collective: str, dtype, mode: str, op: str, root, protocol,
-             params: dict, strict: bool) -> SimulationResult | None:
+             params: dict, strict: bool, trace: bool = False) -> SimulationResult | None:
     """One protocol's run; None when the schedule's latency class does not run in `protocol` (an error if
     `strict`: the caller asked for that protocol)."""
     isz = itemsize(dtype)
@@ -179,8 +182,10 @@ def _run_one(algorithm, topology, nbytes: int, collective: str, dtype, mode: str
     rules = CostRules(topology, dtype, nbytes_for(collective, schedule.count, schedule.world_size, isz), protocol)
     if mode == "auto":
         mode = "event" if event.estimate_messages(schedule) <= EVENT_MAX_MESSAGES else "analytic"
+    timeline = None
     if mode == "event":
-        res = _event(schedule, rules)
+        res = _event(schedule, rules, trace)
+        res, timeline = res[:5], res[5]
     else:
         res = _analytic(schedule, rules)
     time, phases, tiers, bottleneck, util = res
@@ -197,7 +202,7 @@ def _run_one(algorithm, topology, nbytes: int, collective: str, dtype, mode: str
         world_size=schedule.world_size, nbytes=int(nbytes), count=schedule.count, dtype=rules.dtype, mode=mode,
         time=time, phases=phases, tier_bytes={t: float(b) for t, b in zip(TIERS, tiers, strict=True)},
         bottleneck=bottleneck, notes=notes, max_link_utilization=util, params=dict(schedule.params),
-        protocol=protocol, channels=schedule.params.get("channels"))
+        protocol=protocol, channels=schedule.params.get("channels"), trace=timeline)
 
 
 _DEPTH: dict[tuple, float] = {}
@@ -281,8 +286,16 @@ def sweep(algorithm: str, topology, sizes, collective: str = "allreduce", dtype=
     return out
 
 
-def _event(schedule: Schedule, rules: CostRules):
-    run = event.run(schedule, rules)
+def _event(schedule: Schedule, rules: CostRules, trace: bool = False):
+    run = event.run(schedule, rules, timeline=trace)
+    if run.timeline is not None:  # readable names for the trace's processes and tracks
+        topo = rules.topology
+        nodes = np.unique(np.concatenate([run.timeline["src"], run.timeline["dst"], run.timeline["slot_node"]]))
+        links = np.unique(np.concatenate([run.timeline["first_link"], run.timeline["last_link"]]))
+        run.timeline["node_labels"] = {int(n): schedule.label(int(n)) if n < schedule.world_size or
+                                       int(n) in schedule.node_labels else topo.node_label(int(n))
+                                       for n in nodes.tolist()}
+        run.timeline["link_labels"] = {int(k): topo.link_label(int(k)) for k in links.tolist() if k >= 0}
     prev, phases = 0.0, []
     for ph, end in zip(schedule.phases, run.phase_end, strict=True):
         end = max(float(end), prev)
@@ -295,7 +308,7 @@ def _event(schedule: Schedule, rules: CostRules):
     for key, seconds in run.critical:
         weights[key] = weights.get(key, 0.0) + seconds
     bottleneck = describe_bottleneck(max(weights, key=weights.get) if weights else ("latency",), rules)
-    return run.time, phases, run.tier_bytes, bottleneck, min(util, 1.0)
+    return run.time, phases, run.tier_bytes, bottleneck, min(util, 1.0), run.timeline
 
 
 def describe_bottleneck(key: tuple, rules: CostRules) -> str:

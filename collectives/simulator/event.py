@@ -78,8 +78,9 @@ START, FINISH, ARRIVE = 2, 0, 1  # event kinds; at equal times finishes free lin
 
 
 @numba.njit(cache=True)
-def _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, recv_end, heap):
+def _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, recv_end, heap, entered):
     k = cur[v]
+    entered[k] = ready[v]
     send_end[k] = ready[v]
     recv_end[k] = ready[v]
     for j in range(slot_ptr[k], slot_ptr[k + 1]):
@@ -125,7 +126,7 @@ def _rerate_sharers(f, t, links, hbw, nflow, head, nxt, rem, rate, last, ver, ac
 
 @numba.njit(cache=True)
 def _complete(v, t, is_send, k, overlap, send_end, recv_end, recv_first, slot_red, pending, done, ready, cur,
-              node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap):
+              node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap, entered):
     """One end of a message is done at t: the sender's bytes have left, or the receiver's have landed."""
     if is_send:
         send_end[k] = max(send_end[k], t)
@@ -141,7 +142,7 @@ def _complete(v, t, is_send, k, overlap, send_end, recv_end, recv_first, slot_re
         ready[v] = end
         cur[v] += 1
         if cur[v] < node_last[v]:
-            _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, recv_end, heap)
+            _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, recv_end, heap, entered)
 
 
 @numba.njit(cache=True)
@@ -160,6 +161,8 @@ def _run(num_nodes, msrc, mdst, mpos, links, hbw, lat, nbytes, slot_ptr, slot_ms
     busy = np.zeros(num_links)
     queued = np.zeros(M)
     started = np.zeros(M)
+    finished = np.zeros(M)
+    entered = np.zeros(nslots)
     rem = nbytes.copy()
     rate = np.zeros(M)
     last = np.zeros(M)
@@ -173,7 +176,7 @@ def _run(num_nodes, msrc, mdst, mpos, links, hbw, lat, nbytes, slot_ptr, slot_ms
     heap.pop()
     for v in range(num_nodes):
         if cur[v] < node_last[v]:
-            _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, recv_end, heap)
+            _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, recv_end, heap, entered)
     while len(heap) > 0:
         t, kind, _, f, version = heapq.heappop(heap)
         if kind == START:
@@ -181,9 +184,10 @@ def _run(num_nodes, msrc, mdst, mpos, links, hbw, lat, nbytes, slot_ptr, slot_ms
             kd = cur[mdst[f]]
             recv_first[kd] = min(recv_first[kd], t + lat[f])
             if links[f, 0] < 0 or nbytes[f] <= 0.0:  # nothing to stream: the message is sent at once
+                finished[f] = t
                 ks = cur[msrc[f]]
                 _complete(msrc[f], t, True, ks, overlap, send_end, recv_end, recv_first, slot_red, pending, done,
-                          ready, cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap)
+                          ready, cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap, entered)
                 heapq.heappush(heap, (t + lat[f], ARRIVE, np.int64(0), f, np.int64(0)))
                 continue
             active[f] = True
@@ -206,6 +210,7 @@ def _run(num_nodes, msrc, mdst, mpos, links, hbw, lat, nbytes, slot_ptr, slot_ms
             if version != ver[f] or not active[f]:
                 continue
             active[f] = False
+            finished[f] = t
             alone = np.inf
             for h in range(H):
                 link = links[f, h]
@@ -224,13 +229,13 @@ def _run(num_nodes, msrc, mdst, mpos, links, hbw, lat, nbytes, slot_ptr, slot_ms
             _rerate_sharers(f, t, links, hbw, nflow, head, nxt, rem, rate, last, ver, active, heap)
             ks = cur[msrc[f]]
             _complete(msrc[f], t, True, ks, overlap, send_end, recv_end, recv_first, slot_red, pending, done, ready,
-                      cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap)
+                      cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap, entered)
             heapq.heappush(heap, (t + lat[f], ARRIVE, np.int64(0), f, np.int64(0)))
         else:  # ARRIVE: the last byte has landed
             kd = cur[mdst[f]]
             _complete(mdst[f], t, False, kd, overlap, send_end, recv_end, recv_first, slot_red, pending, done, ready,
-                      cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap)
-    return done, busy, queued
+                      cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap, entered)
+    return done, busy, queued, started, finished, entered
 
 
 @dataclass
@@ -242,10 +247,12 @@ class EventRun:
     reduce_time: np.ndarray  # per node: seconds spent reducing
     num_messages: int
     critical: list  # per round: (resource key, seconds) of its slowest message (as analytic.evaluate keys)
+    timeline: dict | None = None  # with run(..., timeline=True): every message's and round's times (trace.py)
 
 
-def run(schedule, rules: CostRules) -> EventRun:
-    """Execute `schedule` event by event on `rules.topology`."""
+def run(schedule, rules: CostRules, timeline: bool = False) -> EventRun:
+    """Execute `schedule` event by event on `rules.topology` (`timeline`: keep every message's and every
+    round's times, for a trace)."""
     msg = match_messages(schedule, rules.itemsize)
     topo = rules.topology
     M = msg.src.size
@@ -269,7 +276,7 @@ def run(schedule, rules: CostRules) -> EventRun:
     num_nodes = max(schedule.num_nodes, topo.num_nodes)
     node_first = np.searchsorted(slot_node, np.arange(num_nodes), side="left").astype(np.int64)
     node_last = np.searchsorted(slot_node, np.arange(num_nodes), side="right").astype(np.int64)
-    done, busy, queued = _run(num_nodes, msg.src, msg.dst, msg.position, links, hbw, hlat.sum(axis=1), msg.nbytes,
+    done, busy, queued, started, finished, entered = _run(num_nodes, msg.src, msg.dst, msg.position, links, hbw, hlat.sum(axis=1), msg.nbytes,
                               slot_ptr, mid.astype(np.int64), slot_red, node_first, node_last, topo.num_links,
                               rules.overlap_reduce)
     if (done < 0).any():
@@ -284,7 +291,14 @@ def run(schedule, rules: CostRules) -> EventRun:
         np.maximum.at(phase_end, phase_of, done)
     reduce_time = np.bincount(slot_node, weights=slot_red, minlength=num_nodes) if starts.size else np.zeros(num_nodes)
     critical = _critical(msg, links, hser, hlat, queued, bw, rules, slot_node, slot_round, slot_red)
-    return EventRun(total, phase_end, busy, rules.tier_counts(links, msg.nbytes), reduce_time, M, critical)
+    line = None
+    if timeline:
+        line = dict(src=msg.src, dst=msg.dst, round=msg.round, nbytes=msg.nbytes, start=started, sent=finished,
+                    arrival=finished + hlat.sum(axis=1), first_link=links[:, 0] if M else np.zeros(0, np.int64),
+                    last_link=links[np.arange(M), np.maximum((links >= 0).sum(axis=1) - 1, 0)] if M else
+                    np.zeros(0, np.int64), slot_node=slot_node, slot_round=slot_round, slot_start=entered,
+                    slot_end=done, phase_bounds=bounds)
+    return EventRun(total, phase_end, busy, rules.tier_counts(links, msg.nbytes), reduce_time, M, critical, line)
 
 
 def _critical(msg, links, hser, hlat, queued, bw, rules, slot_node, slot_round, slot_red) -> list:

@@ -55,6 +55,8 @@ class SimulationResult:
     params: dict[str, Any] = field(default_factory=dict)
     protocol: str | None = None  # NCCL's protocol (LL, LL128, Simple) on a runtime cluster, else None
     channels: int | None = None  # channels the schedule runs on (None: the algorithm has no channels)
+    # event mode with trace=True: every message's and round's times (collectives.simulator.trace); not in to_dict
+    trace: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def algbw(self) -> float:
@@ -66,6 +68,7 @@ class SimulationResult:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d.pop("trace", None)
         d["algbw"] = self.algbw
         d["busbw"] = self.busbw
         return d

@@ -20,6 +20,7 @@ import numpy as np
 
 from collectives.schedule import ChunkTable
 
+from ._pipeline import memo
 from .double_binary_tree import double_binary_tree, tree_lanes
 from .nvls import gather_lanes, multicast_lanes, reduce_lanes, scatter_lanes
 from .ring import ring_lanes
@@ -85,10 +86,14 @@ def intra_allgather(topology, intra: str, layout: Shards, lag: int) -> tuple[lis
 
 def rail_trees(topology) -> list:
     """One SHARP aggregation tree per inter group j (the GPUs of local index j, on rail j), climbing through
-    rail j's up ports."""
-    groups = topology.domain_groups().T
-    return [topology.sharp_tree(ranks=groups[j], port=int(topology.rank_rail(int(groups[j, 0]))))
-            for j in range(groups.shape[0])]
+    rail j's up ports (kept per topology: memo)."""
+
+    def make():
+        groups = topology.domain_groups().T
+        return [topology.sharp_tree(ranks=groups[j], port=int(topology.rank_rail(int(groups[j, 0]))))
+                for j in range(groups.shape[0])]
+
+    return memo(topology, ("rail_trees",), make)
 
 
 def inter_allreduce(topology, inter: str, layout: Shards, lag: int, nodes: np.ndarray, trees=None) -> tuple[list, int]:

@@ -42,9 +42,13 @@ def finish(schedule, topology, switches=()) -> None:
     """Give `schedule` the topology's node ids and labels (switch nodes used)."""
     schedule.num_nodes = max(schedule.num_nodes, topology.num_nodes)
     schedule.topology = topology
-    sw = np.asarray(list(switches), dtype=np.int64).ravel()
+    sw = np.unique(np.asarray(list(switches) if not isinstance(switches, np.ndarray) else switches,
+                              dtype=np.int64).ravel())
     if sw.size:
-        schedule.node_labels.update(topology.node_labels(np.unique(sw)))
+        from ._pipeline import memo  # the labels of a large fabric's switches, kept across a sweep's sizes
+
+        schedule.node_labels.update(memo(topology, ("labels", sw.size, hash(sw.tobytes())),
+                                         lambda: topology.node_labels(sw)))
 
 
 def fall_back(what: str, reason: str, host: str, notes: list[str]) -> str:

@@ -93,6 +93,33 @@ class _Indexed:
         return at
 
 
+_INDEX: dict[tuple, tuple] = {}
+
+
+def _index(lanes: list[Lane], M: int, pieces: int):
+    """The lanes sorted by lag, the last lag, and each member's earliest and latest lag (for Round.window: a
+    member's program visits its own rounds only); kept per lanes object while periodic lanes are absent (their
+    spans depend on `pieces`)."""
+    periodic = any(ln.period > 1 for ln in lanes)
+    key = (id(lanes), M, pieces if periodic else None)
+    hit = _INDEX.get(key)
+    if hit is not None and hit[0] is lanes:
+        return hit[1]
+    indexed = [_Indexed(ln) for ln in lanes]
+    top = max((int(ln.lags.max()) + (ln.period - 1) * (pieces - 1) for ln in lanes if ln.size), default=-1)
+    lo_lag = np.full(M, np.iinfo(np.int64).max, np.int64)
+    hi_lag = np.full(M, -1, np.int64)
+    for ln in lanes:
+        if ln.size:
+            np.minimum.at(lo_lag, ln.members, ln.lags)
+            np.maximum.at(hi_lag, ln.members, ln.lags + (ln.period - 1) * (pieces - 1))
+    value = (indexed, top, lo_lag, hi_lag)
+    if len(_INDEX) >= MEMO_MAX:
+        _INDEX.pop(next(iter(_INDEX)))
+    _INDEX[key] = (lanes, value)
+    return value
+
+
 def _piece(t, lag, period: int):
     """The piece a member of lag `lag` works on in round t (-1 between pieces of a periodic lane)."""
     d = np.asarray(t) - lag
@@ -101,24 +128,37 @@ def _piece(t, lag, period: int):
     return np.where(d % period == 0, d // period, -1)
 
 
-def pipelined_phase(name: str, nodes: np.ndarray, table: ChunkTable, lanes: list[Lane], pieces: int) -> Phase:
+_MEMO: dict[tuple, tuple] = {}
+MEMO_MAX = 64
+
+
+def memo(topology, key: tuple, make):
+    """`make()` once per (topology object, key): builders keep the lanes of a large pipeline, which do not depend
+    on the buffer's size, across the sizes of a sweep (the key names everything else they depend on)."""
+    full = (id(topology),) + tuple(key)
+    hit = _MEMO.get(full)
+    if hit is not None and hit[0] is topology:
+        return hit[1]
+    value = make()
+    if len(_MEMO) >= MEMO_MAX:
+        _MEMO.pop(next(iter(_MEMO)))
+    _MEMO[full] = (topology, value)
+    return value
+
+
+def pipelined_phase(name: str, nodes: np.ndarray, table: ChunkTable, lanes: list[Lane], pieces: int,
+                    piece_invariant: bool = False) -> Phase:
     """One phase in which member m (node nodes[m]) runs every lane it belongs to, piece t - lag in round t.
 
     `table` must hold every chunk the lanes name. The rounds are those of chain.pipeline_rounds: fill and drain
     rounds apart, the steady state (every stage busy with an equally sized piece) one uniform round.
+    `piece_invariant`: every piece moves the same chunk counts on every lane (a piece-major table), so the
+    stages' costs do not depend on `pieces` (the analytic simulator then shares them across piece counts).
     """
     nodes = np.asarray(nodes, np.int64)
     M = nodes.size
-    indexed = [_Indexed(ln) for ln in lanes]
-    top = max((int(ln.lags.max()) + (ln.period - 1) * (pieces - 1) for ln in lanes if ln.size), default=-1)
+    indexed, top, lo_lag, hi_lag = _index(lanes, M, pieces)
     periodic = any(ln.period > 1 for ln in lanes)
-    # each member's earliest and latest lag, for Round.window (a member's program visits its own rounds only)
-    lo_lag = np.full(M, np.iinfo(np.int64).max, np.int64)
-    hi_lag = np.full(M, -1, np.int64)
-    for ln in lanes:
-        if ln.size:
-            np.minimum.at(lo_lag, ln.members, ln.lags)
-            np.maximum.at(hi_lag, ln.members, ln.lags + (ln.period - 1) * (pieces - 1))
 
     def one_member(m: int, t):
         out = []
@@ -193,25 +233,44 @@ def pipelined_phase(name: str, nodes: np.ndarray, table: ChunkTable, lanes: list
             return 0, 0
         return int(lo_lag[m]), int(hi_lag[m]) + pieces
 
+    def stages():
+        """Every lane's messages at once, with each member's lag (piece 0's chunk counts): what a round of the
+        steady state moves, stage by stage, for the analytic simulator's bulk costing of huge pipelines."""
+        out = []
+        for ln in lanes:
+            if ln.size == 0:
+                continue
+            _, count = ln.chunks(np.zeros(ln.size, np.int64), np.arange(ln.size))
+            count = np.broadcast_to(count, ln.members.shape)
+            some = count > 0
+            out.append((ln.kind(-1, 0).kind, ln.members[some], ln.peers[some], ln.lags[some], count[some]))
+        return out
+
+    info = {"key": (id(lanes),) if piece_invariant else (id(lanes), pieces), "lanes": lanes, "stages": stages,
+            "pieces": pieces, "stage_count": top + 1}
     if periodic:  # rounds differ with t mod period: one non-uniform pattern
         rounds = [Round(_offset(slots, busy_lanes, 0), repeats=top + pieces if pieces else 0, name=name,
                         window=window)]
         return Phase(name, nodes[None, :], table, rounds)
-    return Phase(name, nodes[None, :], table, _pipeline_rounds(slots, busy_lanes, top + 1, pieces, name, window))
+    return Phase(name, nodes[None, :], table,
+                 _pipeline_rounds(slots, busy_lanes, top + 1, pieces, name, window, info))
 
 
-def _offset(slots, busy_lanes, lo: int):
-    """slots(m, it) of global round it + lo, with its sparse `lanes(it)` (an optional fast path the analytic
-    simulator uses: analytic.round_flows)."""
+def _offset(slots, busy_lanes, lo: int, info: dict | None = None):
+    """slots(m, it) of global round it + lo, with its sparse `lanes(it)` and, for a pipeline without periodic
+    lanes, `pipeline` (its stages and the round's first global index): optional fast paths the analytic
+    simulator uses (analytic.round_flows, analytic.structure)."""
 
     def shifted(m, it):
         return slots(m, np.asarray(it) + lo)
 
     shifted.lanes = lambda it: busy_lanes(int(it) + lo)
+    if info is not None:
+        shifted.pipeline = {**info, "first": lo}
     return shifted
 
 
-def _pipeline_rounds(slots, busy_lanes, stages: int, chunks: int, name: str, window) -> list[Round]:
+def _pipeline_rounds(slots, busy_lanes, stages: int, chunks: int, name: str, window, info=None) -> list[Round]:
     """chain.pipeline_rounds (fill, uniform steady state, drain) with slot functions that offer `lanes`."""
     if stages == 0:
         return [Round(slots, repeats=0, name=name)]
@@ -220,9 +279,9 @@ def _pipeline_rounds(slots, busy_lanes, stages: int, chunks: int, name: str, win
     for lo, hi, part in zip(cuts[:-1], cuts[1:], ("fill", "steady state", "drain"), strict=True):
         if hi > lo:
             local = lambda m, lo=lo: tuple(t - lo for t in window(m))  # noqa: E731
-            rounds.append(Round(_offset(slots, busy_lanes, lo), repeats=hi - lo, uniform=part == "steady state",
-                                name=f"{name}, {part}", window=local))
+            rounds.append(Round(_offset(slots, busy_lanes, lo, info), repeats=hi - lo,
+                                uniform=part == "steady state", name=f"{name}, {part}", window=local))
     return rounds
 
 
-__all__ = ["Lane", "lane", "pipelined_phase", "strided"]
+__all__ = ["Lane", "lane", "memo", "pipelined_phase", "strided"]

@@ -26,7 +26,7 @@ from collectives.topology.capabilities import dtype_name
 
 from ._hierarchy import Shards, members, rail_trees
 from ._innetwork import check_topology, fallback_schedule, finish, itemsize, runtime_pieces, sharp_plan
-from ._pipeline import pipelined_phase
+from ._pipeline import memo, pipelined_phase
 from .double_binary_tree import Tree, tree_down_lanes, tree_up_lanes
 from .sharp import build_forest, climb_lanes, descent_lanes
 
@@ -63,22 +63,26 @@ def build_collnet_chain(collective: str, world_size: int, count: int, *, root=No
     plan.pop("chunks")
     slices = Shards(c, G)
     fabric = np.concatenate([lv.switches for t in trees for lv in t.levels])
-    nodes = members(topology, False, fabric)
-    forest = build_forest(trees, nodes)
-    L = int(forest.depth.max())
-    d = np.arange(D, dtype=np.int64)[:, None]
-    q = np.arange(G, dtype=np.int64)[None, :]
-    link = chain(G)
-    up, down = [], []
-    for ch in range(G):  # channel ch: chain tail GPU ch + 1, ..., head GPU ch, in every domain at once
-        order = d * G + (ch + 1 + q) % G  # (D, G): member at chain position q of domain d
-        data = lambda k, r, ch=ch: slices.shard(k, ch)  # noqa: E731
-        up += tree_up_lanes(link, order, data, 0)
-        down += tree_down_lanes(link, order, data, G - 1 + 2 * L)
-    data = lambda k, v: slices.shard(k, forest.tree[v])  # noqa: E731  (rail ch's tree: the heads of channel ch)
-    lanes = up + climb_lanes(forest, data, G - 1) + descent_lanes(forest, data, G - 1) + down
+
+    def stages():  # independent of the size: kept across a sweep's sizes
+        nodes = members(topology, False, fabric)
+        forest = build_forest(trees, nodes)
+        L = int(forest.depth.max())
+        d = np.arange(D, dtype=np.int64)[:, None]
+        q = np.arange(G, dtype=np.int64)[None, :]
+        link = chain(G)
+        up, down = [], []
+        for ch in range(G):  # channel ch: chain tail GPU ch + 1, ..., head GPU ch, in every domain at once
+            order = d * G + (ch + 1 + q) % G  # (D, G): member at chain position q of domain d
+            data = lambda k, r, ch=ch: slices.shard(k, ch)  # noqa: E731
+            up += tree_up_lanes(link, order, data, 0)
+            down += tree_down_lanes(link, order, data, G - 1 + 2 * L)
+        data = lambda k, v: slices.shard(k, forest.tree[v])  # noqa: E731  (rail ch's tree: channel ch's heads)
+        return nodes, up + climb_lanes(forest, data, G - 1) + descent_lanes(forest, data, G - 1) + down
+
+    nodes, lanes = memo(topology, ("collnet_chain",), stages)
     phase = pipelined_phase("chain reduce + SHARP allreduce + chain broadcast, pipelined", nodes,
-                            slices.table(count), lanes, c)
+                            slices.table(count), lanes, c, piece_invariant=True)
     params = {"chunks": c, "channels": G, "dtype": dtype_name(dtype), "op": op, "latency_class": "collnet_chain",
               **{f"sharp_{k}": v for k, v in plan.items()}}
     sched = Schedule("collnet_chain", collective, world_size, count, [phase], params=params, notes=notes)

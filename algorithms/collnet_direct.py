@@ -26,7 +26,7 @@ from collectives.topology.capabilities import dtype_name
 
 from ._hierarchy import Shards, members, rail_trees
 from ._innetwork import check_topology, fallback_schedule, finish, itemsize, runtime_pieces, sharp_plan
-from ._pipeline import lane, pipelined_phase
+from ._pipeline import lane, memo, pipelined_phase
 from .sharp import build_forest, climb_lanes, descent_lanes
 
 
@@ -73,17 +73,22 @@ def build_collnet_direct(collective: str, world_size: int, count: int, *, root=N
     trees = plan.pop("trees")
     plan.pop("chunks")
     shards = Shards(c, G)
-    gpus = np.arange(world_size, dtype=np.int64).reshape(D, G)
     fabric = np.concatenate([lv.switches for t in trees for lv in t.levels])
-    nodes = members(topology, False, fabric)
-    forest = build_forest(trees, nodes)
-    data = lambda k, v: shards.shard(k, forest.tree[v])  # noqa: E731  (rail j's tree reduces shard j)
-    L = int(forest.depth.max())
-    lanes = direct_lanes(gpus, 0, shards.shard, reduce=True)
-    lanes += climb_lanes(forest, data, 1) + descent_lanes(forest, data, 1)
-    lanes += direct_lanes(gpus, 1 + 2 * L, shards.shard, reduce=False)
+
+    def stages():  # independent of the size: kept across a sweep's sizes
+        gpus = np.arange(world_size, dtype=np.int64).reshape(D, G)
+        nodes = members(topology, False, fabric)
+        forest = build_forest(trees, nodes)
+        data = lambda k, v: shards.shard(k, forest.tree[v])  # noqa: E731  (rail j's tree reduces shard j)
+        L = int(forest.depth.max())
+        lanes = direct_lanes(gpus, 0, shards.shard, reduce=True)
+        lanes += climb_lanes(forest, data, 1) + descent_lanes(forest, data, 1)
+        lanes += direct_lanes(gpus, 1 + 2 * L, shards.shard, reduce=False)
+        return nodes, lanes
+
+    nodes, lanes = memo(topology, ("collnet_direct",), stages)
     phase = pipelined_phase("direct reduce-scatter + SHARP allreduce + direct allgather, pipelined", nodes,
-                            shards.table(count), lanes, c)
+                            shards.table(count), lanes, c, piece_invariant=True)
     params = {"chunks": c, "dtype": dtype_name(dtype), "op": op, "latency_class": "collnet_direct",
               **{f"sharp_{k}": v for k, v in plan.items()}}
     sched = Schedule("collnet_direct", collective, world_size, count, [phase], params=params, notes=notes)

@@ -28,7 +28,7 @@ import numpy as np
 from collectives.registry import register
 from collectives.schedule import ChunkTable, Phase, Round, Schedule, check_chunks, recv, recv_reduce, send
 
-from ._pipeline import Lane, lane, pipelined_phase
+from ._pipeline import Lane, lane, memo, pipelined_phase
 from .chain import pipeline_rounds
 
 
@@ -256,13 +256,14 @@ def _itemsize(dtype) -> int:
 
 
 def default_channels(topology) -> int:
-    """NCCL's tree channels on a runtime cluster (one pair per NIC across domains), else the two trees."""
+    """NCCL's tree channels on a runtime cluster (one pair per NIC across domains; at least one pair, fewer than
+    NCCL's where ring.CHANNEL_LANE_BUDGET bounds them), else the two trees."""
     from .ring import CHANNEL_LANE_BUDGET
 
     rt = getattr(topology, "runtime", None)
     if rt is None:
         return 2
-    return max(1, min(rt.channels("tree"), CHANNEL_LANE_BUDGET // max(topology.world_size, 1)))
+    return max(2, min(rt.channels("tree"), CHANNEL_LANE_BUDGET // max(topology.world_size, 1)))
 
 
 @register("double_binary_tree", ("allreduce",),
@@ -292,10 +293,15 @@ def build_double_binary_tree(collective: str, world_size: int, count: int, *, ro
         phase = Phase("double binary tree", ranks[None, :], ChunkTable.whole(count, 2, c),
                       dbt_rounds(double_binary_tree(p), c))
         return Schedule("double_binary_tree", collective, p, count, [phase], params=params, topology=topology)
-    # channel t carries slice t of the buffer: chunk id = t * pieces + piece
-    lanes = []
-    for t, tree in enumerate(nccl_trees(topology, C)):
-        lanes += tree_lanes(tree, ranks[None, :], lambda k, r, t=t: (t * c + k, 1))
+    # channel t carries part t of every piece: chunk id = piece * channels + t (piece-major)
+
+    def stages():  # independent of the size: kept across a sweep's sizes
+        lanes = []
+        for t, tree in enumerate(nccl_trees(topology, C)):
+            lanes += tree_lanes(tree, ranks[None, :], lambda k, r, t=t: (k * C + t, 1))
+        return lanes
+
+    lanes = memo(topology, ("nccl_tree", C), stages)
     phase = pipelined_phase("NCCL tree (chains in domains, double binary tree across)", ranks,
-                            ChunkTable.whole(count, C, c), lanes, c)
+                            ChunkTable.whole(count, c, C), lanes, c, piece_invariant=True)
     return Schedule("double_binary_tree", collective, p, count, [phase], params=params, topology=topology)

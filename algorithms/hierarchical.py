@@ -10,7 +10,8 @@ rail-aligned fabric). Three stages, each a parameter:
   multi-node NVLS, src/graph/connect.cc). Only 1/G of the buffer crosses the fabric. With inter sharp (results
   by multicast) or double_binary_tree the three stages are *pipelined*: the buffer is cut into pieces that
   stream through all three one round apart (_hierarchy.py), so the fabric's time hides behind NVLink's, as
-  NCCL's NVLS and NVLSTree kernels do; with inter ring or rabenseifner they run one after another.
+  NCCL's NVLS and NVLSTree kernels do; with inter ring or rabenseifner they run one after another (and
+  pipeline each stage only with an explicit `chunks`).
 * reduce_scatter (rank r's output is block r of p blocks of k): shard j is blocks [j*D, (j+1)*D). Intra
   reduce-scatter -> inter reduce-scatter of shard j (member d of group j gets block j*D + d) -> *transpose*:
   the GPU holding block b sends it to rank b (one message of k elements, none where holder == owner).
@@ -21,8 +22,8 @@ rail-aligned fabric). Three stages, each a parameter:
 
 intra in {nvls, ring}; inter in {sharp, ring, double_binary_tree, rabenseifner} (rabenseifner's allgather
 half is recursive doubling). Refusals of NVLS (op/dtype) or SHARP (see sharp.py) turn that stage into the
-host `fallback`, with the reason in schedule.notes and params["fallback_reason"]. `chunks` (pieces) defaults
-to NCCL's chunking on clusters that run its runtime, else 1.
+host `fallback`, with the reason in schedule.notes and params["fallback_reason"]. `chunks` (pieces) of the
+pipelined allreduce defaults to NCCL's chunking on clusters that run its runtime, else 1.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from collectives.topology.capabilities import dtype_name
 
 from ._hierarchy import Shards, inter_allreduce, intra_allgather, intra_reduce_scatter, members, rail_trees
 from ._innetwork import check_topology, fall_back, finish, itemsize, runtime_pieces, sharp_plan
-from ._pipeline import pipelined_phase
+from ._pipeline import memo, pipelined_phase
 from .double_binary_tree import dbt_rounds, double_binary_tree
 from .nvls import nvls_phase
 from .rabenseifner import halving_round
@@ -227,23 +228,28 @@ def build_hierarchical(collective: str, world_size: int, count: int, *, root=Non
     if pipelined:
         trees = plan.pop("trees", None)
         fabric = np.concatenate([lv.switches for t in trees for lv in t.levels]) if trees else ()
-        nodes = members(topology, intra_used == "nvls" and G > 1, fabric)
         layout = Shards(c, G, 2 if inter_used == "double_binary_tree" else 1)
-        lanes, lag = intra_reduce_scatter(topology, intra_used, layout, 0)
-        more, lag = inter_allreduce(topology, inter_used, layout, lag, nodes, trees)
-        lanes += more
-        more, lag = intra_allgather(topology, intra_used, layout, lag)
-        lanes += more
+
+        def stages():  # the lanes do not depend on the size: kept across a sweep's sizes
+            nodes = members(topology, intra_used == "nvls" and G > 1, fabric)
+            lanes, lag = intra_reduce_scatter(topology, intra_used, layout, 0)
+            more, lag = inter_allreduce(topology, inter_used, layout, lag, nodes, trees)
+            lanes += more
+            more, lag = intra_allgather(topology, intra_used, layout, lag)
+            return nodes, lanes + more
+
+        nodes, lanes = memo(topology, ("hierarchical", intra_used, inter_used, layout.sub), stages)
         a, b = STAGE_NAMES.get(intra_used, intra_used), STAGE_NAMES.get(inter_used, inter_used)
         name = f"{a} reduce-scatter + {b} allreduce + {a} allgather, pipelined"
-        phases = [pipelined_phase(name, nodes, layout.table(work), lanes, c)]
+        phases = [pipelined_phase(name, nodes, layout.table(work), lanes, c, piece_invariant=True)]
         if trees:
             switches.append(np.asarray(fabric, np.int64))
             params.update({f"sharp_{key}": v for key, v in plan.items() if key != "chunks"})
     else:
-        # host rings and trees pipeline only when asked: NCCL's pieces are for the switches' stages
-        host_c = 1 if chunks is None else c
-        phases = _sequential(topology, collective, intra_used, inter_used, plan, options, work, k, c, host_c,
+        # stages one after another pipeline only when asked (NCCL runs no such composition to copy): one piece
+        c = 1 if chunks is None else c
+        params["chunks"] = c
+        phases = _sequential(topology, collective, intra_used, inter_used, plan, options, work, k, c, c,
                              inter_chunks, groups, off, length, notes, switches, params)
     params.update(intra_used=intra_used, inter_used=inter_used, pipelined=pipelined)
     if reasons:
@@ -298,7 +304,13 @@ def _sequential(topology, collective, intra_used, inter_used, plan, options, wor
                 notes.append("double_binary_tree has no reduce-scatter: each shard is allreduced and every GPU "
                              "keeps its block")
         inter_kind = "allreduce" if (kind == "reduce_scatter" and inter_used == "double_binary_tree") else kind
-        inter_phases = _host_inter(inter_used, inter_kind, groups, off, length, k, ci)
+        if inter_used == "rabenseifner":
+            inter_phases = _host_inter(inter_used, inter_kind, groups, off, length, k, ci)
+        else:  # their rounds count chunks, not elements: kept across a sweep's sizes, with this size's tables
+            made = memo(topology, ("host inter", inter_used, inter_kind, ci),
+                        lambda: _host_inter(inter_used, inter_kind, groups, off, length, k, ci))
+            inter_phases = [Phase(ph.name, ph.groups, ChunkTable(off, length, ph.chunks.blocks, ph.chunks.sub),
+                                  ph.rounds) for ph in made]
     transpose = [transpose_phase(p, D, G, work, collective == "reduce_scatter")] if D > 1 and G > 1 else []
     if collective == "allreduce":
         return intra_phase("reduce_scatter") + inter_phases + intra_phase("allgather")

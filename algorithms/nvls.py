@@ -31,7 +31,7 @@ from collectives.registry import register
 from collectives.schedule import ChunkTable, Schedule, check_chunks, recv, recv_reduce, send
 
 from ._innetwork import check_topology, fallback_schedule, finish, nbytes_of, runtime_pieces
-from ._pipeline import Lane, lane, pipelined_phase
+from ._pipeline import Lane, lane, memo, pipelined_phase
 
 
 def _domain_rows(gpus: np.ndarray, switches: np.ndarray):
@@ -104,15 +104,18 @@ def nvls_phase(collective: str, topology, work: int, pieces: int):
         table = ChunkTable.whole(work, pieces, n, groups=1)
         piece = lambda k: (k * n, n)  # noqa: E731
         part = lambda k, j: (k * n + j, 1)  # noqa: E731
-        lanes = reduce_lanes(gpus, switches, 0, piece) + scatter_lanes(gpus, switches, 1, part) \
-            + gather_lanes(gpus, switches, 2, part) + multicast_lanes(gpus, switches, 3, piece)
-        return pipelined_phase("NVLS allreduce", nodes, table, lanes, pieces)
+        lanes = memo(topology, ("nvls allreduce",), lambda: reduce_lanes(gpus, switches, 0, piece) +
+                     scatter_lanes(gpus, switches, 1, part) + gather_lanes(gpus, switches, 2, part) +
+                     multicast_lanes(gpus, switches, 3, piece))
+        return pipelined_phase("NVLS allreduce", nodes, table, lanes, pieces, piece_invariant=True)
     table = ChunkTable.whole(work, n, pieces)  # slice j: every domain's GPU j (the same range in every domain)
     piece, part = slice_part(n, pieces)
     if collective == "reduce_scatter":
-        lanes = reduce_lanes(gpus, switches, 0, piece) + scatter_lanes(gpus, switches, 1, part)
+        lanes = memo(topology, ("nvls reduce-scatter", pieces), lambda: reduce_lanes(gpus, switches, 0, piece) +
+                     scatter_lanes(gpus, switches, 1, part))
         return pipelined_phase("NVLS reduce-scatter", nodes, table, lanes, pieces)
-    lanes = gather_lanes(gpus, switches, 0, part) + multicast_lanes(gpus, switches, 1, piece)
+    lanes = memo(topology, ("nvls allgather", pieces), lambda: gather_lanes(gpus, switches, 0, part) +
+                 multicast_lanes(gpus, switches, 1, piece))
     return pipelined_phase("NVLS allgather", nodes, table, lanes, pieces)
 
 

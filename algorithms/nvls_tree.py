@@ -27,7 +27,7 @@ from collectives.schedule import Schedule, check_chunks
 
 from ._hierarchy import Shards, members
 from ._innetwork import check_topology, fallback_schedule, finish, itemsize, runtime_pieces
-from ._pipeline import pipelined_phase
+from ._pipeline import memo, pipelined_phase
 from .double_binary_tree import double_binary_tree, tree_lanes
 from .nvls import gather_lanes, multicast_lanes, reduce_lanes, scatter_lanes
 
@@ -50,25 +50,29 @@ def build_nvls_tree(collective: str, world_size: int, count: int, *, root=None, 
     c = runtime_pieces(topology, "nvls_tree", count * itemsize(dtype), protocol) if chunks is None else \
         check_chunks("nvls_tree", chunks)
     shards = Shards(c, G, 2)
-    gpus = np.arange(world_size, dtype=np.int64).reshape(D, G)
-    switches = world_size + np.arange(D, dtype=np.int64)
-    lanes = []
-    lag = 0
-    if G > 1:  # reduce-scatter by the switch: GPU j ends with shard j
-        lanes += reduce_lanes(gpus, switches, 0, shards.piece) + scatter_lanes(gpus, switches, 1, shards.shard)
-        lag = 2
-    if D > 1:  # shard j over inter group j: tree b of the domains carries half b
-        trees = double_binary_tree(D)
-        H = max(int(t.height.max(initial=0)) for t in trees)
-        for b, tree in enumerate(trees):
-            lanes += tree_lanes(tree, gpus.T, lambda k, j, b=b: shards.part(k, j, b), lag, height=H)
-        lag += 2 * H
-    if G > 1:  # allgather by the switch's multicast
-        lanes += gather_lanes(gpus, switches, lag, shards.shard) + multicast_lanes(gpus, switches, lag + 1,
-                                                                                     shards.piece)
-    nodes = members(topology, G > 1)
+
+    def stages():  # independent of the size: kept across a sweep's sizes
+        gpus = np.arange(world_size, dtype=np.int64).reshape(D, G)
+        switches = world_size + np.arange(D, dtype=np.int64)
+        lanes = []
+        lag = 0
+        if G > 1:  # reduce-scatter by the switch: GPU j ends with shard j
+            lanes += reduce_lanes(gpus, switches, 0, shards.piece) + scatter_lanes(gpus, switches, 1, shards.shard)
+            lag = 2
+        if D > 1:  # shard j over inter group j: tree b of the domains carries half b
+            trees = double_binary_tree(D)
+            H = max(int(t.height.max(initial=0)) for t in trees)
+            for b, tree in enumerate(trees):
+                lanes += tree_lanes(tree, gpus.T, lambda k, j, b=b: shards.part(k, j, b), lag, height=H)
+            lag += 2 * H
+        if G > 1:  # allgather by the switch's multicast
+            lanes += gather_lanes(gpus, switches, lag, shards.shard) + \
+                multicast_lanes(gpus, switches, lag + 1, shards.piece)
+        return members(topology, G > 1), lanes
+
+    nodes, lanes = memo(topology, ("nvls_tree",), stages)
     phase = pipelined_phase("NVLS reduce-scatter + tree allreduce + NVLS allgather, pipelined", nodes,
-                            shards.table(count), lanes, c)
+                            shards.table(count), lanes, c, piece_invariant=True)
     rt = getattr(topology, "runtime", None)
     params = {"chunks": c, "dtype": str(dtype), "op": op, "latency_class": "nvls_tree",
               "accumulator": topology.nvls.accumulator(dtype)}

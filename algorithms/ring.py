@@ -31,11 +31,12 @@ import numpy as np
 from collectives.registry import register
 from collectives.schedule import ChunkTable, Phase, Round, Schedule, check_chunks, recv, recv_reduce, send
 
-from ._pipeline import Lane, lane
+from ._pipeline import Lane, lane, memo
 
-# a ring of p ranks in c channels evaluates c x p lanes per round: the default channel count is lowered to keep
-# c x p at most this many (pass channels= to model more), so a 331,776-GPU round stays within the speed budget
-CHANNEL_LANE_BUDGET = 1 << 20
+# a ring of p ranks in c channels costs the analytic model c x p messages per round: the default channel count
+# is lowered to keep c x p at most this many (pass channels= to model more), so that a 331,776-GPU call stays
+# within the simulator's speed budget (one channel there; all of NCCL's up to tens of thousands of GPUs)
+CHANNEL_LANE_BUDGET = 1 << 19
 
 
 def ring_round(p: int, waves: int, steps: int, step_slots) -> Round:
@@ -164,14 +165,21 @@ def build_ring(collective: str, world_size: int, count: int, *, root=None, topol
     C = default_channels(topology, p) if channels is None else check_chunks("ring", channels, "channels")
     work = count * p if collective == "allgather" else count
     table = ChunkTable.whole(work, p, C * c)
-    orders = ring_orders(p, C, topology)
-    phases = []
-    if collective in ("allreduce", "reduce_scatter"):
-        shift = 0 if collective == "allreduce" else -1
-        phases.append(channel_phase("ring reduce-scatter", orders, table, c, shift, reduce=True))
-    if collective in ("allreduce", "allgather"):
-        owned = 1 if collective == "allreduce" else 0
-        phases.append(channel_phase("ring allgather", orders, table, c, owned, reduce=False))
+
+    def make() -> list[Phase]:
+        orders = ring_orders(p, C, topology)
+        phases = []
+        if collective in ("allreduce", "reduce_scatter"):
+            shift = 0 if collective == "allreduce" else -1
+            phases.append(channel_phase("ring reduce-scatter", orders, table, c, shift, reduce=True))
+        if collective in ("allreduce", "allgather"):
+            owned = 1 if collective == "allreduce" else 0
+            phases.append(channel_phase("ring allgather", orders, table, c, owned, reduce=False))
+        return phases
+
+    # the rounds count chunks, not elements: kept across the sizes of a sweep (with this size's table)
+    made = make() if topology is None else memo(topology, ("ring", p, C, c, collective), make)
+    phases = [Phase(ph.name, ph.groups, table, ph.rounds) for ph in made]
     params = {"chunks": c, "channels": C, "latency_class": "ring"}
     return Schedule("ring", collective, p, count, phases, params=params, topology=topology)
 

@@ -38,7 +38,7 @@ from collectives.schedule import ChunkTable, Schedule, recv, recv_reduce, send
 from collectives.topology.capabilities import dtype_name
 
 from ._innetwork import check_topology, default_fallback, fallback_schedule, finish, itemsize, sharp_plan
-from ._pipeline import Lane, lane, pipelined_phase
+from ._pipeline import Lane, lane, memo, pipelined_phase
 
 RESULTS = ("multicast", "unicast")
 
@@ -207,7 +207,8 @@ def build_sharp(collective: str, world_size: int, count: int, *, root=None, topo
     options = sharp_options(topology, dtype, result, accumulator, reproducible)
     notes: list[str] = []
     reducing = collective != "broadcast"
-    plan, reason = sharp_plan(topology, lambda: [topology.sharp_tree()], nbytes=count * itemsize(dtype),
+    plan, reason = sharp_plan(topology, lambda: memo(topology, ("sharp_tree",), lambda: [topology.sharp_tree()]),
+                              nbytes=count * itemsize(dtype),
                               op=op if reducing else "sum", dtype=dtype if reducing else "float32",
                               domains=topology.num_domains, trees_in_use=trees_in_use, sat_lock=sat_lock,
                               chunks=chunks, notes=notes)
@@ -218,19 +219,23 @@ def build_sharp(collective: str, world_size: int, count: int, *, root=None, topo
     trees = plan.pop("trees")
     c = plan["chunks"] if chunks is not None else min(plan["chunks"], max(count, 1))
     plan["chunks"] = c
-    forest = build_forest(trees)
-    piece = lambda k, v: (k, 1)  # noqa: E731  (one tree: piece k is chunk k)
     multicast = options["result"] == "multicast"
-    if collective == "allreduce":
-        lanes = climb_lanes(forest, piece) + descent_lanes(forest, piece, multicast=multicast)
-    elif collective == "reduce":  # the result comes down only toward the root rank
+
+    def stages():  # independent of the size: kept across a sweep's sizes
+        forest = build_forest(trees)
+        piece = lambda k, v: (k, 1)  # noqa: E731  (one tree: piece k is chunk k)
+        if collective == "allreduce":
+            return forest, climb_lanes(forest, piece) + descent_lanes(forest, piece, multicast=multicast)
         path = path_to(forest, int(root))
-        lanes = climb_lanes(forest, piece) + descent_lanes(forest, piece, multicast=multicast, skip=~path)
-    else:  # broadcast: the root's data climbs its path, then comes down to every vertex off it
-        path = path_to(forest, int(root))
-        lanes = climb_lanes(forest, piece, reduce=False, path=path) + \
+        if collective == "reduce":  # the result comes down only toward the root rank
+            return forest, climb_lanes(forest, piece) + descent_lanes(forest, piece, multicast=multicast, skip=~path)
+        # broadcast: the root's data climbs its path, then comes down to every vertex off it
+        return forest, climb_lanes(forest, piece, reduce=False, path=path) + \
             descent_lanes(forest, piece, multicast=multicast, skip=path)
-    phase = pipelined_phase(f"SHARP {collective}", forest.members, ChunkTable.whole(count, c), lanes, c)
+
+    forest, lanes = memo(topology, ("sharp", collective, root, multicast), stages)
+    phase = pipelined_phase(f"SHARP {collective}", forest.members, ChunkTable.whole(count, c), lanes, c,
+                            piece_invariant=True)
     sched = Schedule("sharp", collective, world_size, count, [phase], root=root,
                      params={**plan, **options, "dtype": dtype_name(dtype), "op": op, "tree_root": trees[0].root,
                              "tree_depth": trees[0].depth, "latency_class": "collnet_direct"},

@@ -45,8 +45,8 @@ def sweep(algorithm: str, topology, sizes, collective: str = "allreduce", dtype=
           op: str = "sum", root: int | None = None, progress=None, **params) -> list[SimulationResult]:
     """`simulate` for each size in `sizes` (bytes, nccl-tests convention); "auto" chooses per size.
 
-    Analytic sweeps of a named algorithm above `collectives.simulator.engine.REBUILD_MAX_RANKS` ranks build the
-    schedule once and scale its chunk sizes per size. `progress(i, n)` is called after each size.
+    Sizes share the work that does not depend on them (collectives.simulator.engine.sweep). `progress(i, n)`
+    is called after each size.
     """
     if algorithm != "auto":
         return engine.sweep(algorithm, topology, sizes, collective=collective, dtype=dtype, mode=mode, op=op,

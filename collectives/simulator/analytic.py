@@ -59,6 +59,9 @@ class RoundCost:
     red_flow: np.ndarray = field(default=None)  # per flow: the receiver's red_coef (0 if it does not reduce)
     overlap: bool = False  # reductions stream with the transfer (rules.overlap_reduce)
     net: np.ndarray = field(default=None)  # per flow: crosses a NIC
+    # the kinds of rank-to-rank flows in the round, (over NVLink, over the network), when the round is a set of
+    # a huge pipeline's stages (its arrays are the whole pipeline's: _stage_rounds); None: read the arrays
+    step_kinds: tuple | None = None
 
 
 @dataclass
@@ -66,6 +69,7 @@ class Structure:
     phase_names: list[str]
     rounds: list[RoundCost]
     num_nodes: int
+    memo: dict = field(default_factory=dict)  # derived figures (latency.step_depth's), per their arguments
 
 
 _CACHE: dict[tuple, tuple[object, Structure]] = {}
@@ -205,6 +209,9 @@ class _Hops:
     switch: bool  # some message starts or ends at a switch node
     fabric: bool  # some message starts or ends at a fabric switch (its cost depends on the SHARP protocol)
     net: np.ndarray = None  # per flow: its path crosses a NIC (a network step, for NCCL's per-step latency)
+    costs: dict = field(default_factory=dict)  # full-rate RoundCosts by rules.key, shared by the protocols
+    hop_tier: np.ndarray = None  # tier of each used hop
+    units: np.ndarray = None  # chunks of each flow
 
 
 def _paths(rules: CostRules, src: np.ndarray, dst: np.ndarray) -> tuple:
@@ -232,19 +239,39 @@ def _paths(rules: CostRules, src: np.ndarray, dst: np.ndarray) -> tuple:
 
 
 class _PathCache:
-    """Paths of the (src, dst) pairs of rounds already costed in one structure() call: the two halves of a
-    ring or NVLS allreduce send over the same pairs, so each such round reuses the other's paths."""
+    """Paths of the (src, dst) pairs of rounds already costed on one topology: the two halves of a ring or NVLS
+    allreduce send over the same pairs, and so do the schedules a sweep builds for each size, so such rounds
+    reuse the paths (the most recent PATH_CACHE_MAX pair sets per topology, in `path_cache`)."""
 
     def __init__(self) -> None:
         self.seen: list[tuple[np.ndarray, np.ndarray, tuple]] = []
 
     def get(self, rules: CostRules, src: np.ndarray, dst: np.ndarray) -> tuple:
-        for s, d, paths in self.seen:
+        for i, (s, d, paths) in enumerate(self.seen):
             if s.shape == src.shape and np.array_equal(s, src) and np.array_equal(d, dst):
+                if i:  # most recently used first
+                    self.seen.insert(0, self.seen.pop(i))
                 return paths
         paths = _paths(rules, src, dst)
-        self.seen.append((src, dst, paths))
+        self.seen.insert(0, (src, dst, paths))
+        del self.seen[PATH_CACHE_MAX:]
         return paths
+
+
+PATH_CACHE_MAX = 16
+_PATH_CACHES: dict[int, tuple] = {}
+
+
+def path_cache(topology) -> _PathCache:
+    """The topology's path cache (a few topologies at a time)."""
+    hit = _PATH_CACHES.get(id(topology))
+    if hit is not None and hit[0] is topology:
+        return hit[1]
+    if len(_PATH_CACHES) >= 4:
+        _PATH_CACHES.pop(next(iter(_PATH_CACHES)))
+    cache = _PathCache()
+    _PATH_CACHES[id(topology)] = (topology, cache)
+    return cache
 
 
 def _hops(rules: CostRules, flows: tuple, cache: _PathCache | None = None) -> _Hops:
@@ -290,12 +317,43 @@ def _hops(rules: CostRules, flows: tuple, cache: _PathCache | None = None) -> _H
     if hl.size:
         net[fidx[hop_tier == TIERS.index("nic")]] = True
     return _Hops(src, dst, fidx, hl, raw_bw, hop_lat, hop_load, lat, starts, load_coef, tier, rn, rc, rc_add, switch,
-                 fabric, net)
+                 fabric, net, hop_tier=hop_tier, units=u)
+
+
+def _frontier(lat: np.ndarray, per_byte: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct (latency, seconds per byte) rows of the flows, minus those another row dominates in both, and a
+    flow of each: max over flows of lat + per_byte x c is the max over these rows, for every c >= 0. Latencies
+    are few (sums of a few hop latencies), so the flows are grouped by latency first."""
+    lats, inv = np.unique(lat, return_inverse=True)
+    top = np.full(lats.size, -np.inf)
+    np.maximum.at(top, inv, per_byte)
+    # a flow attaining each group's maximum
+    flow = np.full(lats.size, -1, np.int64)
+    hit = np.flatnonzero(per_byte == top[inv])
+    flow[inv[hit[::-1]]] = hit[::-1]
+    keep = np.ones(lats.size, bool)
+    if lats.size > 1:
+        best_b = np.maximum.accumulate(top[::-1])[::-1]
+        keep[:-1] = top[:-1] > best_b[1:]
+    return np.stack([lats[keep], top[keep]], axis=1), flow[keep]
 
 
 def _round_cost(rules: CostRules, pi: int, h: _Hops, repeats: int, collapsed: bool) -> RoundCost:
     src, dst, fidx, hl = h.src, h.dst, h.fidx, h.hl
     F = src.size
+    if rules.efficiency != 1.0 and not h.switch:
+        # a protocol's wire format divides every rank-to-rank hop's rate by its efficiency: the round's costs
+        # are the full-rate costs scaled (computed once, shared by the protocols)
+        base = _round_cost(rules.at_full_rate(), pi, h, repeats, collapsed)
+        coef = base.coef / rules.efficiency
+        rc_flow = rules.reduce_end(coef, base.red_flow)
+        uniq, idx = _frontier(base.lat, rc_flow) if F else (np.zeros((0, 2)), np.zeros(0, np.int64))
+        return RoundCost(pi, repeats, collapsed, src, dst, base.lat, coef, base.crit_link, base.crit_factor,
+                         base.red_node, base.red_coef, base.tier_chunks, base.load_coef / rules.efficiency, uniq,
+                         idx, rc_flow, base.red_flow, rules.overlap_reduce, h.net)
+    memo = h.costs.get(rules.key)
+    if memo is not None and memo.repeats == repeats and memo.phase == pi:
+        return memo
     bw, factor = h.raw_bw, None
     if h.switch:
         factor = rules.hop_factor(src[fidx], dst[fidx], h.raw_bw, h.hop_lat)
@@ -327,18 +385,119 @@ def _round_cost(rules: CostRules, pi: int, h: _Hops, repeats: int, collapsed: bo
     rc_flow = rules.reduce_end(coef, red_flow)
     lat = h.lat
     if F:
-        # distinct (latency, seconds per byte) rows, minus those another row dominates in both
-        keys, idx = np.unique(lat + 1j * rc_flow, return_index=True)
-        uniq = np.stack([keys.real, keys.imag], axis=1)
-        keep = np.ones(uniq.shape[0], bool)
-        if uniq.shape[0] > 1:
-            best_b = np.maximum.accumulate(uniq[::-1, 1])[::-1]
-            keep[:-1] = uniq[:-1, 1] > best_b[1:]
-        uniq, idx = uniq[keep], idx[keep]
+        uniq, idx = _frontier(lat, rc_flow)
     else:
         uniq, idx = np.zeros((0, 2)), np.zeros(0, np.int64)
-    return RoundCost(pi, repeats, collapsed, src, dst, lat, coef, crit_link, crit_factor, h.rn, h.rc, h.tier,
-                     h.load_coef, uniq, idx, rc_flow, red_flow, rules.overlap_reduce, h.net)
+    rc = RoundCost(pi, repeats, collapsed, src, dst, lat, coef, crit_link, crit_factor, h.rn, h.rc, h.tier,
+                   h.load_coef, uniq, idx, rc_flow, red_flow, rules.overlap_reduce, h.net)
+    if rules.efficiency == 1.0:
+        h.costs[rules.key] = rc
+    return rc
+
+
+_ROUND_HOPS: dict[tuple, tuple] = {}
+
+
+def _round_hops(rules: CostRules, phase, rnd, it: int, blocks, paths) -> _Hops:
+    """`_hops` of one round iteration, kept per Round object (and groups array): a builder that reuses its
+    rounds for every size of a sweep (their messages count chunks, not elements) is costed once."""
+    key = (id(rnd), it, id(phase.groups), id(rules.topology), rules.dtype)
+    hit = _ROUND_HOPS.get(key)
+    if hit is not None and hit[0] is rnd and hit[1] is phase.groups and hit[2] is rules.topology:
+        return hit[3]
+    hops = _hops(rules, round_flows(phase, rnd, it, blocks), paths)
+    if len(_ROUND_HOPS) >= 4096:
+        _ROUND_HOPS.pop(next(iter(_ROUND_HOPS)))
+    _ROUND_HOPS[key] = (rnd, phase.groups, rules.topology, hops)
+    return hops
+
+
+_STAGES: dict[tuple, tuple] = {}
+
+
+def _stage_hops(rules: CostRules, phase, info: dict):
+    """A huge pipeline's messages of every stage at once (its steady state: all stages busy), their paths and
+    loads, and each message's stage (its lag): computed once per pipeline and shared by its fill, steady-state
+    and drain rounds (and by the builds that reuse its lanes)."""
+    key = (info["key"], id(rules.topology), rules.dtype)
+    hit = _STAGES.get(key)
+    if hit is not None and hit[0] is rules.topology and hit[2] is info["lanes"]:  # ids are reused: check objects
+        return hit[1]
+    groups = phase.groups
+    srcs, dsts, units, lags, rn, ru = [], [], [], [], [], []
+    for kind, m, peer, lag, n in info["stages"]():
+        if kind == OpKind.SEND:
+            srcs.append(groups[0, m]), dsts.append(groups[0, peer]), units.append(n), lags.append(lag)
+        elif kind == OpKind.RECV_REDUCE:
+            rn.append(groups[0, m]), ru.append(n)
+    cat = lambda xs, dt: np.concatenate(xs).astype(dt, copy=False) if xs else np.zeros(0, dt)  # noqa: E731
+    flows = (cat(srcs, np.int64), cat(dsts, np.int64), cat(units, np.float64), cat(rn, np.int64),
+             cat(ru, np.float64))
+    # the paths do not depend on the piece count (only the chunk counts do): the topology's cache shares them
+    staged = (_hops(rules, flows, path_cache(rules.topology)), cat(lags, np.int64))
+    if len(_STAGES) >= 16:
+        _STAGES.pop(next(iter(_STAGES)))
+    _STAGES[key] = (rules.topology, staged, info["lanes"])
+    return staged
+
+
+def _stage_rounds(rules: CostRules, pi: int, rnd, info: dict, staged) -> list[RoundCost]:
+    """The bulk costs of one round pattern of a huge pipeline: each iteration's rows are the frontier of its
+    busy stages' flows, every flow priced under the steady state's link loads (an upper bound of the fill and
+    drain rounds, which load the links less; exact where stages share no link)."""
+    hops, lag = staged
+    S, P, first = int(info["stage_count"]), int(info["pieces"]), int(info["first"])
+    memo_key = ("stages", rules.key, rules.efficiency, S)
+    memo = hops.costs.get(memo_key)
+    if memo is None:
+        full = _round_cost(rules, pi, hops, 1, False)
+        per_stage = []
+        if full.src.size:
+            order = np.argsort(lag, kind="stable")
+            bounds = np.searchsorted(lag[order], np.arange(S + 1))
+            for st in range(S):
+                fl = order[bounds[st]:bounds[st + 1]]
+                if fl.size == 0:
+                    per_stage.append((np.zeros((0, 2)), fl))
+                    continue
+                rows, at = _frontier(full.lat[fl], full.recv_coef[fl])
+                per_stage.append((rows, fl[at]))
+        # per stage: does it hold rank-to-rank flows over NVLink, over the network (for NCCL's step latency)
+        kinds = np.zeros((S, 2), bool)
+        if full.src.size:
+            p2p = (full.src < rules.world_size) & (full.dst < rules.world_size)
+            np.logical_or.at(kinds[:, 0], lag[p2p & ~full.net], True)
+            np.logical_or.at(kinds[:, 1], lag[p2p & full.net], True)
+        memo = (full, per_stage, _stage_tiers(hops, lag, S), kinds)
+        hops.costs[memo_key] = memo
+    full, per_stage, tier, kinds = memo
+    if full.src.size == 0:
+        return []
+    out = []
+    its = [0] if rnd.uniform else range(rnd.repeats)
+    for it in its:
+        t = first + it
+        lo, hi = max(0, t - P + 1), min(t, S - 1)
+        # the busy stages' rows side by side (a few per stage: the max over them is the round's cost)
+        rows = np.concatenate([per_stage[x][0] for x in range(lo, hi + 1)]) if hi >= lo else np.zeros((0, 2))
+        flw = np.concatenate([per_stage[x][1] for x in range(lo, hi + 1)]) if hi >= lo else np.zeros(0, np.int64)
+        rc = RoundCost(pi, rnd.repeats if rnd.uniform else 1, rnd.uniform, full.src, full.dst, full.lat, full.coef,
+                       full.crit_link, full.crit_factor, full.red_node, full.red_coef,
+                       tier[lo:hi + 1].sum(axis=0) if hi >= lo else np.zeros(len(TIERS)), full.load_coef, rows,
+                       flw, full.recv_coef, full.red_flow, full.overlap, full.net,
+                       tuple(kinds[lo:hi + 1].any(axis=0).tolist()) if hi >= lo else (False, False))
+        out.append(rc)
+    return out
+
+
+def _stage_tiers(hops: _Hops, lag: np.ndarray, S: int) -> np.ndarray:
+    """(S, tiers): chunk-hops per link tier of each stage's flows."""
+    if not hops.hl.size:
+        return np.zeros((S, len(TIERS)))
+    tiers = hops.hop_tier
+    units = hops.units[hops.fidx]
+    cell = lag[hops.fidx] * len(TIERS) + tiers
+    return np.bincount(cell, weights=units, minlength=S * len(TIERS))[:S * len(TIERS)].reshape(S, len(TIERS))
 
 
 def _has_fabric_switches(schedule, rules: CostRules) -> bool:
@@ -357,23 +516,35 @@ def structure(schedule, rules: CostRules) -> Structure:
     # the messages, their paths and loads depend on neither the protocol nor the SHARP protocol: evaluate the
     # slots once per schedule and topology, cost them per protocol
     fkey = key[:9]
+    bulk = max(schedule.num_nodes, topo.num_nodes) > DATAFLOW_MAX_NODES
     flows = _FLOWS.get(fkey)
     if flows is None or flows[0] is not topo:
         flows = (topo, [])
-        paths = _PathCache()
+        paths = path_cache(topo)
         for pi, phase in enumerate(schedule.phases):
             blocks = member_blocks(phase, schedule.world_size)
             for rnd in phase.rounds:
                 if rnd.repeats == 0:
                     continue
+                info = getattr(rnd.slots, "pipeline", None)
+                if bulk and info is not None:  # a huge pipeline: costed stage by stage (_stage_rounds)
+                    flows[1].append((pi, rnd, info, _stage_hops(rules, phase, info)))
+                    continue
                 its = [0] if rnd.uniform else range(rnd.repeats)
                 for it in its:
-                    hops = _hops(rules, round_flows(phase, rnd, it, blocks), paths)
+                    hops = _round_hops(rules, phase, rnd, it, blocks, paths)
                     flows[1].append((pi, rnd.repeats if rnd.uniform else 1, rnd.uniform, hops))
         if len(_FLOWS) >= _CACHE_MAX:
             _FLOWS.pop(next(iter(_FLOWS)))
         _FLOWS[fkey] = flows
-    rounds = [_round_cost(rules, pi, hops, reps, coll) for pi, reps, coll, hops in flows[1]]
+    rounds = []
+    for entry in flows[1]:
+        if isinstance(entry[1], int):
+            pi, reps, coll, hops = entry
+            rounds.append(_round_cost(rules, pi, hops, reps, coll))
+        else:
+            pi, rnd, info, staged = entry
+            rounds += _stage_rounds(rules, pi, rnd, info, staged)
     st = Structure([ph.name for ph in schedule.phases], rounds, max(schedule.num_nodes, topo.num_nodes))
     if len(_CACHE) >= _CACHE_MAX:
         _CACHE.pop(next(iter(_CACHE)))

@@ -17,6 +17,7 @@ import numpy as np
 from ..schedule import Schedule
 from ..schedule.collective import ROOTED, check_collective
 from ..topology import TIERS
+from ..topology.runtime import SIMPLE_ONLY
 from . import analytic, event
 from .latency import latency_class, step_depth
 from .model import CostRules, itemsize
@@ -144,6 +145,10 @@ def run(algorithm, topology, nbytes: int | None = None, collective: str = "allre
     best = None
     runtime = getattr(topology, "runtime", None)
     tried = [protocol] if runtime is None or protocol is not None else ["Simple", "LL128", "LL"]
+    if not isinstance(algorithm, Schedule) and len(tried) > 1 and not takes(algorithm, "protocol"):
+        # the builder's schedule does not depend on the protocol: build it once
+        count = count_for(collective, int(nbytes), topology.world_size, isz)
+        algorithm = build_schedule(algorithm, topology, collective, count, str(dtype), op, root, **params)
     for proto in tried:
         res = _run_one(algorithm, topology, int(nbytes), collective, dtype, mode, op, root, proto, params,
                        strict=protocol is not None, trace=trace)
@@ -151,6 +156,8 @@ def run(algorithm, topology, nbytes: int | None = None, collective: str = "allre
             break
         if best is None or res.time < best.time:
             best = res
+        if runtime is not None and res.params.get("latency_class", "ring") in SIMPLE_ONLY and protocol is None:
+            break  # its class runs Simple only (tried first)
     best.reason = reason
     return best
 
@@ -218,8 +225,8 @@ def call_latency(algorithm, schedule: Schedule, topology, collective: str, dtype
     base = runtime.call_latency(cls, protocol)
     lam_nv = runtime.step_latency(cls, protocol, "nvlink")
     lam_net = runtime.step_latency(cls, protocol, "net")
-    if isinstance(algorithm, Schedule) or not takes(algorithm, "chunks"):
-        flat = schedule
+    if isinstance(algorithm, Schedule) or not takes(algorithm, "chunks") or schedule.params.get("chunks") == 1:
+        flat = schedule  # already unpipelined (or not ours to rebuild)
         key = None
     else:
         flat_params = {k: v for k, v in params.items() if k != "chunks"}
@@ -229,7 +236,7 @@ def call_latency(algorithm, schedule: Schedule, topology, collective: str, dtype
             return base + _DEPTH[key][1]
         flat = build_schedule(algorithm, topology, collective, schedule.count, str(dtype), op, root, protocol,
                               **{**flat_params, "chunks": 1})
-    st = analytic.structure(flat, rules)
+    st = analytic.structure(flat, rules.at_full_rate())  # the depth needs the messages, not their rates
     depth = step_depth(st, lam_nv, lam_net, schedule.world_size)
     if key is not None:
         if len(_DEPTH) >= 256:
@@ -238,49 +245,20 @@ def call_latency(algorithm, schedule: Schedule, topology, collective: str, dtype
     return base + depth
 
 
-REBUILD_MAX_RANKS = 65_536  # sweep: rebuild the schedule per size up to this many ranks, reuse it above
-
-
 def sweep(algorithm: str, topology, sizes, collective: str = "allreduce", dtype="float32", mode: str = "analytic",
           op: str = "sum", root: int | None = None, progress=None, **params) -> list[SimulationResult]:
-    """`run` for each size in `sizes` (bytes, nccl-tests convention), sharing the work between sizes.
-
-    Analytic sweeps above REBUILD_MAX_RANKS ranks build the schedule once (at the largest size) and scale its
-    chunk sizes per size: every registered builder's round structure is independent of the count, so only the
-    chunk bytes change. `progress(i, n)` is called after each size.
-    """
+    """`run` for each size in `sizes` (bytes, nccl-tests convention). Sizes share the work that does not depend
+    on them: the analytic structure of schedules whose rounds do not change with the size, the paths and loads
+    of pipelines whose pieces only repeat (analytic.py), and the builders' own caches. `progress(i, n)` is
+    called after each size."""
     for n in sizes:
         check_call(n, dtype, op, collective)
     topology = resolve_topology(topology)
-    sizes = [int(s) for s in sizes]
     out: list[SimulationResult] = []
-    isz = itemsize(dtype)
-    reuse = (mode == "analytic" and topology.world_size > REBUILD_MAX_RANKS and sizes)
-    if not reuse:
-        for i, n in enumerate(sizes):
-            out.append(run(algorithm, topology, n, collective=collective, dtype=dtype, mode=mode, op=op,
-                                root=root, **params))
-            if progress is not None:
-                progress(i + 1, len(sizes))
-        return out
-    check_collective(collective)
-    ref_count = max(count_for(collective, max(sizes), topology.world_size, isz), 1)
-    if collective == "reduce_scatter":
-        ref_count = max(ref_count, topology.world_size)
-    schedule = build_schedule(algorithm, topology, collective, ref_count, str(dtype), op, root, **params)
-    ref_cb = analytic.chunk_bytes(schedule, isz)
+    sizes = [int(s) for s in sizes]
     for i, n in enumerate(sizes):
-        count = count_for(collective, n, topology.world_size, isz)
-        rules = CostRules(topology, dtype, nbytes_for(collective, count, topology.world_size, isz))
-        st = analytic.structure(schedule, rules)
-        t = analytic.evaluate(st, ref_cb * (count / ref_count), dataflow=False)
-        out.append(SimulationResult(
-            algorithm=schedule.algorithm, collective=collective, topology=topology.name,
-            world_size=topology.world_size, nbytes=n, count=count, dtype=rules.dtype, mode="analytic", time=t.time,
-            phases=[PhaseTime(a, b) for a, b in zip(st.phase_names, t.phase_times, strict=True)],
-            tier_bytes={k: float(b) for k, b in zip(TIERS, t.tier_bytes, strict=True)},
-            bottleneck=describe_bottleneck(t.bottleneck, rules), notes=list(schedule.notes),
-            max_link_utilization=t.utilization, params=dict(schedule.params)))
+        out.append(run(algorithm, topology, n, collective=collective, dtype=dtype, mode=mode, op=op, root=root,
+                       **params))
         if progress is not None:
             progress(i + 1, len(sizes))
     return out
@@ -334,5 +312,5 @@ def _analytic(schedule: Schedule, rules: CostRules):
     return t.time, phases, t.tier_bytes, describe_bottleneck(t.bottleneck, rules), t.utilization
 
 
-__all__ = ["EVENT_MAX_MESSAGES", "MODES", "REBUILD_MAX_RANKS", "build_schedule", "check_call", "count_for",
+__all__ = ["EVENT_MAX_MESSAGES", "MODES", "build_schedule", "check_call", "count_for",
            "describe_bottleneck", "nbytes_for", "resolve_topology", "run", "sweep"]

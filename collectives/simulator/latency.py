@@ -24,12 +24,23 @@ from .analytic import DATAFLOW_MAX_NODES, Structure
 
 
 def step_depth(st: Structure, lam_nvlink: float, lam_net: float, world_size: int) -> float:
-    """Seconds of step latency along `st`'s critical path (see the module docstring)."""
+    """Seconds of step latency along `st`'s critical path (see the module docstring; kept on `st`)."""
+    key = ("step_depth", lam_nvlink, lam_net, world_size)
+    if key not in st.memo:
+        st.memo[key] = _step_depth(st, lam_nvlink, lam_net, world_size)
+    return st.memo[key]
+
+
+def _step_depth(st: Structure, lam_nvlink: float, lam_net: float, world_size: int) -> float:
     dataflow = st.num_nodes <= DATAFLOW_MAX_NODES
     T = np.zeros(st.num_nodes) if dataflow else None
     total = 0.0
     for rc in st.rounds:
         if rc.src.size == 0:
+            continue
+        if rc.step_kinds is not None:  # a set of a huge pipeline's stages (bulk only): which step kinds it holds
+            nv, net = rc.step_kinds
+            total += max(lam_net if net else 0.0, lam_nvlink if nv else 0.0) * rc.repeats
             continue
         p2p = (rc.src < world_size) & (rc.dst < world_size)
         lam = np.where(p2p, np.where(rc.net, lam_net, lam_nvlink), 0.0)

@@ -27,6 +27,8 @@ Effective bandwidth of a hop (the in-network model):
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from ..topology import TIERS
@@ -74,6 +76,16 @@ class CostRules:
         # data per wire byte of rank-to-rank messages; switch operations run NCCL's Simple kernels only
         self.efficiency = efficiency(self.protocol) if self.protocol is not None else 1.0
         self.overlap_reduce = self.runtime is not None
+
+    def at_full_rate(self) -> CostRules:
+        """These rules with the protocol's wire efficiency left out (shared costing, see analytic._round_cost)."""
+        if self.efficiency == 1.0:
+            return self
+        if getattr(self, "_full", None) is None:
+            full = copy.copy(self)
+            full.protocol, full.efficiency = None, 1.0
+            self._full = full
+        return self._full
 
     @property
     def key(self) -> tuple:

@@ -171,6 +171,9 @@ def price(name: str, topology, collective: str, sizes: list[int], dtype: str = "
             return _times_over_chunks(run, name, sizes, own,
                                       _cost_of(name, topology, collective, max(sizes), dtype, op, own))
         return run(sizes, {}), [{} for _ in sizes]
+    from .registry import parameters
+
+    takes_channels = "channels" in parameters(name)  # a builder without it reports NCCL's count, not a choice
     best = [float("inf")] * len(sizes)
     chosen: list[dict] = [{} for _ in sizes]
     for extra in channel_variants(name, topology, own):
@@ -179,7 +182,8 @@ def price(name: str, topology, collective: str, sizes: list[int], dtype: str = "
         for i, r in enumerate(results):
             if r.time < best[i]:
                 best[i] = r.time
-                chosen[i] = {k: v for k, v in (("protocol", r.protocol), ("channels", r.channels)) if v}
+                chosen[i] = {k: v for k, v in (("protocol", r.protocol),
+                                               ("channels", r.channels if takes_channels else None)) if v}
     return best, chosen
 
 

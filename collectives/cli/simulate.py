@@ -100,7 +100,9 @@ def load_topology(args):
     if args.topology:
         return topo.load(args.topology)
     name = args.preset or "gb300-nvl72"
-    over = parse_params(args.set)
+    # a cluster field set to none/null is unset (e.g. --set sharp=none: a fabric without SHARP)
+    over = {k: None if isinstance(v, str) and v.lower() in ("none", "null") else v
+            for k, v in parse_params(args.set).items()}
     for alias in ("racks", "nodes", "ranks"):
         if getattr(args, alias) is not None:
             over[alias] = getattr(args, alias)

@@ -8,15 +8,18 @@ from collectives.registry import AlgorithmInfo, build, info, names, register
 
 from . import (  # noqa: F401  (registers)
     binomial,
+    bruck,
     chain,
     collnet_chain,
     collnet_direct,
     direct,
     double_binary_tree,
     hierarchical,
+    hierarchical_alltoall,
     nvls,
     nvls_tree,
     one_shot,
+    pairwise,
     pat,
     rabenseifner,
     recursive_doubling,

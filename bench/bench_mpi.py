@@ -25,12 +25,11 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 
 import collectives.algorithms as algorithms
-import numpy as np
 from mpi4py import MPI
 
+from collectives.benchmark.compare import COLLECTIVES, buffers, bus_factor, calls, compare, label, parse_spec
 from collectives.kernels._dtypes import SUPPORTED_DTYPES, dtype_name
 from collectives.transport import init
 
@@ -39,7 +38,6 @@ DEFAULT_SIZES = ["8", "64", "512", "4K", "32K", "128K", "256K", "512K", "1M", "2
 DEFAULT_ALGOS = ["auto", "ring", "rabenseifner", "direct", "recursive_doubling"]
 BEST_RANGE = (1 << 20, 16 << 20)  # sizes where the best algorithm must reach BEST_TARGET
 BEST_TARGET, AUTO_TARGET = 1.2, 0.9
-COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce")
 ROOT = 0
 
 
@@ -53,68 +51,6 @@ def human(n: int) -> str:
         if n >= m and n % m == 0:
             return f"{n // m} {unit}"
     return f"{n} B"
-
-
-def parse_algo(spec: str) -> tuple[str, dict]:
-    name, _, rest = spec.partition(":")
-    params = {k: int(v) for k, v in (kv.split("=") for kv in rest.split(",") if kv)}
-    return name, params
-
-
-def label(name: str, params: dict) -> str:
-    return name + (":" + ",".join(f"{k}={v}" for k, v in params.items()) if params else "")
-
-
-def calibrate(mpi, fn, budget: float) -> int:
-    """Calls per trial, the same on every rank: about `budget` seconds on the slowest rank."""
-    fn()  # warm-up: builds and caches the schedule, grows buffers
-    mpi.Barrier()
-    t = time.perf_counter()
-    fn()
-    fn()
-    one = mpi.allreduce((time.perf_counter() - t) / 2, op=MPI.MAX)
-    return max(2, min(2000, int(budget / max(one, 1e-7))))
-
-
-def trial(mpi, fn, iters: int) -> float:
-    mpi.Barrier()
-    t = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    return mpi.allreduce((time.perf_counter() - t) / iters, op=MPI.MAX)
-
-
-def bus_factor(collective: str, p: int) -> float:
-    """NCCL's bus bandwidth factor (nccl-tests' PERFORMANCE.md)."""
-    if p == 1:
-        return 1.0
-    return {"allreduce": 2 * (p - 1) / p, "reduce_scatter": (p - 1) / p, "allgather": (p - 1) / p}.get(collective, 1.0)
-
-
-def candidates(collective: str, comm, mpi, n: int, dtype, specs, inplace: bool) -> list[tuple[str, object]]:
-    """(label, call) for MPI's own collective and each spec, over buffers of n elements (nccl-tests sizes;
-    `inplace` applies to allreduce: MPI_IN_PLACE vs out=x, no copy of the input into the output)."""
-    p = comm.size
-    k = max(1, n // p)  # reduce_scatter's output, allgather's input
-    x = np.ones(k if collective == "allgather" else n, dtype)
-    out = x if inplace and collective == "allreduce" else np.empty(k if collective == "reduce_scatter" else n, dtype)
-    native_calls = {
-        "allreduce": lambda: mpi.Allreduce(MPI.IN_PLACE if out is x else x, out, MPI.SUM),
-        "reduce_scatter": lambda: mpi.Reduce_scatter_block(x, out, MPI.SUM),
-        "allgather": lambda: mpi.Allgather(x, out),
-        "broadcast": lambda: mpi.Bcast(x, root=ROOT),
-        "reduce": lambda: mpi.Reduce(x, out, MPI.SUM, root=ROOT),
-    }
-
-    def ours(name: str, prm: dict):
-        if collective == "broadcast":
-            return comm.broadcast(x, root=ROOT, algorithm=name, **prm)
-        if collective == "reduce":
-            return comm.reduce(x, out=out, root=ROOT, algorithm=name, **prm)
-        return getattr(comm, collective)(x, out=out, algorithm=name, **prm)
-
-    return [("native", native_calls[collective]),
-            *((label(name, prm), lambda name=name, prm=prm: ours(name, prm)) for name, prm in specs)]
 
 
 def main() -> int:
@@ -135,7 +71,7 @@ def main() -> int:
     comm = init(check=args.comm_check) if args.comm_check else init()
     mpi, p, rank = comm.mpi_comm, comm.size, comm.rank
     dtype = {dtype_name(d): d for d in SUPPORTED_DTYPES}[args.dtype]
-    specs = [parse_algo(a) for a in args.algorithms]
+    specs = [parse_spec(a) for a in args.algorithms]
     unknown = [n for n, _ in specs if n != "auto" and n not in algorithms.names(args.collective)]
     if unknown:
         if rank == 0:
@@ -167,12 +103,10 @@ def main() -> int:
             n = max(1, n // p) * p
         nbytes = n * dtype.itemsize
         factor = nbytes * bus_factor(args.collective, p)
-        cands = candidates(args.collective, comm, mpi, n, dtype, specs, args.inplace)
-        iters = [calibrate(mpi, fn, args.seconds) for _, fn in cands]
-        times: list[list[float]] = [[] for _ in cands]
-        for _ in range(args.trials):
-            for i, (_, fn) in enumerate(cands):
-                times[i].append(trial(mpi, fn, iters[i]))
+        x, out_buf = buffers(args.collective, n, p, dtype, args.inplace)
+        cands = calls(comm, args.collective, x, out_buf, specs, ROOT)
+        result = compare(mpi, cands, args.trials, args.seconds)
+        times = result.times
         choice = None
         if has_auto:
             dict(cands)["auto"]()

@@ -1,9 +1,11 @@
 """The emulator: run any schedule in one process over numpy buffers, switches included.
 
-Every node (rank or switch) gets a work buffer; the emulator walks the global rounds, captures each send's
-elements as the round begins, then lands the receives through `collectives.execution.land_receives`, the same
-code the MPI transport uses. Switch nodes reduce with the same kernels: that is the in-network reduction
-emulation.
+Every node (rank or switch) gets a work buffer of `schedule.work_size` elements; each rank's input is placed at
+`schedule.input_range(rank)` and its output read from `schedule.output_range(rank)` (the contract's regions or
+the schedule's own). The emulator walks the global rounds, captures each send's elements as the round begins
+(a node's messages to itself included: local copies and reductions), then lands the receives through
+`collectives.execution.land_receives`, the same code the MPI transport uses. Switch nodes reduce with the
+same kernels: that is the in-network reduction emulation.
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ def _check_inputs(schedule: Schedule, inputs: Sequence[np.ndarray]) -> np.dtype:
         x = np.asarray(x)
         if x.dtype != dtype:
             raise TypeError(f"rank {r}'s input has dtype {x.dtype}, rank 0's has {dtype}: all ranks must agree")
-        if x.size != schedule.count:
-            raise ValueError(f"rank {r}'s input has {x.size} elements; this schedule was built for count="
-                             f"{schedule.count} (each rank's input element count)")
+        want = schedule.input_count(r)
+        if x.size != want:
+            what = (f"row {r} of its counts matrix sums to {want}" if schedule.collective == "alltoallv" else
+                    f"count={schedule.count} (each rank's input element count)")
+            raise ValueError(f"rank {r}'s input has {x.size} elements; this schedule was built for {what}")
     return dtype
 
 

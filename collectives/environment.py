@@ -99,6 +99,9 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
     Variable("COLLECTIVES_CALIBRATION", "path", "",
              "calibration file of this host read by preset('loopback') and the transport's chooser",
              _text),
+    Variable("COLLECTIVES_DECISIONS", "path", "",
+             "measured decisions the transport's auto reads (collectives calibrate --decisions writes them; "
+             "default: the package's, measured on the CI machine)", _text),
     Variable("COLLECTIVES_KERNEL_THREADS", "integer", None,
              "threads one reduction kernel call may use (default: this rank's share of the host's cores)",
              _positive_int_or_none),
@@ -112,29 +115,14 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
     Variable("COLLECTIVES_NAP_AFTER_US", "microseconds", 1000,
              "with more ranks than cores, a plan-runner wait that has lasted this long sleeps between polls "
              "(0: never sleeps)", _non_negative_int),
-    Variable("COLLECTIVES_PERSISTENT", "flag", True,
-             "tiny calls of MPI's own collectives go through cached persistent requests (MPI-4)", _flag),
+    Variable("COLLECTIVES_ONE_RANK", "flag", False,
+             "running as one rank without a launcher is intended: no warning on stderr", _flag),
     Variable("COLLECTIVES_EXIT_ON_FAILURE", "flag", True,
              "after a communicator failed (timeout, dead peer), exit with status 1 instead of MPI_Finalize "
              "(which can block forever on a dead peer)", _flag),
     Variable("COLLECTIVES_ALGORITHM_MODULES", "comma-separated modules", "",
              "modules a switch daemon imports so it knows the application's own registered algorithms",
              _text),
-    Variable("COLLECTIVES_ONE_SHOT_BELOW", "bytes", 128 << 10,
-             "allreduce over shared memory uses one_shot below this many bytes per rank", _non_negative_int),
-    Variable("COLLECTIVES_SHM_PIECE", "bytes", 512 << 10,
-             "ring over shared memory pipelines in pieces of about this many bytes", _non_negative_int),
-    Variable("COLLECTIVES_NATIVE_BELOW", "bytes", 8 << 20,
-             "across hosts, MPI's own collective below this many bytes per rank", _non_negative_int),
-    Variable("COLLECTIVES_NATIVE_BELOW_OVERSUBSCRIBED", "bytes", 32 << 20,
-             "as COLLECTIVES_NATIVE_BELOW with more ranks than cores", _non_negative_int),
-    Variable("COLLECTIVES_NATIVE_BELOW_SHM", "bytes", 512 << 10,
-             "on one host without the plan runner, MPI's own collective below this many bytes per rank",
-             _non_negative_int),
-    Variable("COLLECTIVES_NATIVE_BELOW_SHM_OVERSUBSCRIBED", "bytes", 1 << 20,
-             "as COLLECTIVES_NATIVE_BELOW_SHM with more ranks than cores", _non_negative_int),
-    Variable("COLLECTIVES_NATIVE_BELOW_SHM_REDUCE_SCATTER", "bytes", 192 << 10,
-             "reduce_scatter on one host: MPI's own below this many bytes per rank", _non_negative_int),
 ]}
 
 

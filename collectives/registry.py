@@ -14,8 +14,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 
+import numpy as np
+
 from .schedule import Schedule
-from .schedule.collective import COLLECTIVES, ROOTED, check_collective, check_shape
+from .schedule.collective import (
+    COLLECTIVES,
+    ROOTED,
+    alltoallv_count,
+    check_collective,
+    check_counts,
+    check_shape,
+)
 
 Builder = Callable[..., Schedule]
 
@@ -42,7 +51,8 @@ def generation() -> int:
 
 def register(name: str, collectives: tuple[str, ...] | list[str], *, summary: str = "",
              needs_topology: bool = False, replace: bool = False) -> Callable[[Builder], Builder]:
-    """Decorator: register `builder(collective, world_size, count, *, root, topology, **params)` as `name`."""
+    """Decorator: register `builder(collective, world_size, count, *, root, topology, **params)` as `name`
+    (a builder for alltoallv also receives `counts=`, the p x p matrix)."""
     for c in collectives:
         check_collective(c)
 
@@ -92,7 +102,7 @@ def _signature(builder) -> inspect.Signature:
 def parameters(name: str) -> dict[str, object]:
     """The builder's own parameters of algorithm `name`, with their defaults."""
     sig = _signature(info(name).builder)
-    fixed = {"collective", "world_size", "count", "root", "topology"}
+    fixed = {"collective", "world_size", "count", "root", "topology", "counts"}
     return {k: (None if v.default is inspect.Parameter.empty else v.default)
             for k, v in sig.parameters.items() if k not in fixed and v.kind is not inspect.Parameter.VAR_KEYWORD}
 
@@ -111,19 +121,22 @@ def _check_params(algo: AlgorithmInfo, params: dict) -> None:
     sig = _signature(algo.builder)
     if any(v.kind is inspect.Parameter.VAR_KEYWORD for v in sig.parameters.values()):
         return
-    unknown = sorted(set(params) - set(sig.parameters) - {"collective", "world_size", "count", "root", "topology"})
+    unknown = sorted(set(params) - set(sig.parameters) - {"collective", "world_size", "count", "root", "topology",
+                                                          "counts"})
     if unknown:
         valid = ", ".join(parameters(algo.name)) or "none"
         raise ValueError(f"algorithm {algo.name!r} has no parameter {', '.join(map(repr, unknown))}; "
                          f"its parameters: {valid}")
 
 
-def build(name: str, *, collective: str = "allreduce", world_size: int, count: int, root: int | None = None,
-          topology=None, **params) -> Schedule:
+def build(name: str, *, collective: str = "allreduce", world_size: int, count: int | None = None,
+          root: int | None = None, counts=None, topology=None, **params) -> Schedule:
     """Build the schedule of algorithm `name` for `collective` over `world_size` ranks.
 
-    `count` is always the element count of each rank's input buffer (reduce_scatter: p*k in, k out;
-    allgather: k in, p*k out). Raises ValueError naming the valid choices on an unknown name or collective.
+    `count` is always the element count of each rank's input buffer (reduce_scatter and alltoall: p*k in;
+    allgather: k in, p*k out). alltoallv takes `counts` instead (a p x p matrix, counts[s, d] = elements rank s
+    sends to rank d; `count` may be left out). Raises ValueError naming the valid choices on an unknown name or
+    collective.
     """
     check_collective(collective)
     algo = info(name)
@@ -134,7 +147,15 @@ def build(name: str, *, collective: str = "allreduce", world_size: int, count: i
         root = 0
     if collective not in ROOTED and root is not None:
         raise ValueError(f"{collective} takes no root (got root={root})")
-    check_shape(collective, world_size, count, root)
+    if collective == "alltoallv":
+        if counts is None:
+            raise ValueError("alltoallv needs counts=: a p x p matrix, counts[s, d] = elements rank s sends to rank d")
+        counts = check_counts(counts, world_size) if isinstance(world_size, int) and world_size >= 1 else counts
+        if count is None and isinstance(counts, np.ndarray):
+            count = alltoallv_count(counts)
+    elif count is None:
+        raise ValueError(f"{collective} needs count= (elements of each rank's input)")
+    check_shape(collective, world_size, count, root, counts)
     _check_params(algo, params)
     if algo.needs_topology and topology is None:
         raise ValueError(f"algorithm {name!r} needs a topology: pass topology=collectives.topology.preset(...) "
@@ -142,6 +163,8 @@ def build(name: str, *, collective: str = "allreduce", world_size: int, count: i
     kwargs = dict(params)
     if topology is not None:
         kwargs["topology"] = topology
+    if counts is not None:
+        kwargs["counts"] = counts
     schedule = algo.builder(collective, world_size, count, root=root, **kwargs)
     schedule.params = {**params, **schedule.params}
     return schedule

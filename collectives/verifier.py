@@ -2,21 +2,26 @@
 
 It expands every node's program and checks, in order:
 
-1. every operation is well formed (peer exists and is not the node itself, range inside the work buffer);
-2. every send meets exactly one receive of the same elements on the peer *in the same round*, matched in
-   program order per (sender, receiver) pair as MPI matches messages. Same-round matching is the IR's
-   contract and is what makes the transport's blocking order deadlock-free: a node posts all operations of a
-   round and waits for them, and every partner posts the matching operation in that same round. When the
-   rounds of a send and its receive differ, the verifier replays the blocking order to tell a deadlock (and
-   its cycle) from a merely misaligned pair;
-3. symbolic execution: every element of every node carries the set of ranks whose input it holds (a bitset,
-   plus an "undefined" bit for never-written memory). A store copies the set, a reduce unites the sets and
-   fails on an overlap (a contribution counted twice) or undefined data. At the end each rank's output range
-   must hold exactly the contract's sets: all ranks for reductions, rank q's own data in block q for
-   allgather, the root's data for broadcast.
+1. every operation is well formed (peer exists, its own range and the peer's range inside the work buffer);
+2. every send meets exactly one receive *in the same round*, matched in program order per (sender, receiver)
+   pair as MPI matches messages (a node's messages to itself, its local copies and reductions, match the same
+   way), and both ends name the same two ranges: the send's `remote` is where the receive writes, the receive's
+   `remote` is where the send reads, and the lengths agree. Same-round matching is the IR's contract and is what
+   makes the transport's blocking order deadlock-free: a node posts all operations of a round and waits for
+   them, and every partner posts the matching operation in that same round. When the rounds of a send and its
+   receive differ, the verifier replays the blocking order to tell a deadlock (and its cycle) from a merely
+   misaligned pair;
+3. symbolic execution with provenance: every element of every node carries the set of ranks whose input it
+   holds (a bitset, plus an "undefined" bit for never-written memory) and the index of the input element it
+   stands for. A store copies both; a reduce unites the sets and fails on an overlap (a contribution counted
+   twice), on undefined data, or on operands that stand for different input elements. At the end each rank's
+   output must hold exactly what the contract says (`schedule.output_blocks`): which ranks, which elements.
+   So a schedule that moves the right rank's data to the wrong place fails too.
 
 Symbolic execution runs one round at a time over all nodes with numpy, on the elementary segments cut by all
-operations' boundaries, so its cost follows the number of chunks, not the element count.
+operations' boundaries (closed under the shifts of messages whose ends sit at different offsets), so its cost
+follows the number of chunks, not the element count. Errors name node, op index, round and elements, and for an
+imported program the step it came from (`schedule.origin`).
 """
 
 from __future__ import annotations
@@ -27,14 +32,17 @@ import numpy as np
 
 from .errors import ScheduleError
 from .schedule import OpKind, Schedule
-from .schedule.expand import OpTable, expand
+from .schedule.expand import OpTable, expand, pair_messages
 
 _MEMORY_LIMIT = 3 << 30  # bytes of symbolic state before we refuse (ask for a smaller count or world)
 
 
 @dataclass
 class VerifyReport:
-    """What a verified schedule does, for elements of `itemsize` bytes."""
+    """What a verified schedule does, for elements of `itemsize` bytes.
+
+    `messages` and the byte counts are messages between distinct nodes; `local_steps` counts a node's messages
+    to itself (local copies and reductions), which move no data over any link."""
 
     algorithm: str
     collective: str
@@ -46,14 +54,22 @@ class VerifyReport:
     itemsize: int
     bytes_sent: np.ndarray = field(repr=False)  # per node
     bytes_received: np.ndarray = field(repr=False)
+    local_steps: int = 0
 
     @property
     def max_bytes_sent_per_rank(self) -> int:
         return int(self.bytes_sent[: self.world_size].max(initial=0))
 
     def summary(self) -> str:
+        local = f", {self.local_steps} local steps" if self.local_steps else ""
         return (f"{self.algorithm} {self.collective} p={self.world_size} count={self.count}: OK, "
-                f"{self.steps} steps, {self.messages} messages, max {self.max_bytes_sent_per_rank} B sent per rank")
+                f"{self.steps} steps, {self.messages} messages{local}, max {self.max_bytes_sent_per_rank} B sent "
+                "per rank")
+
+
+def _where(t: OpTable, row: int) -> str:
+    origin = t.origin(int(t.node[row]), int(t.index[row])) if t.origin is not None else None
+    return f" [{origin}]" if origin else ""
 
 
 def _fail(message: str, table: OpTable | None = None, row: int | None = None) -> ScheduleError:
@@ -61,8 +77,8 @@ def _fail(message: str, table: OpTable | None = None, row: int | None = None) ->
         return ScheduleError(message)
     node, idx = int(table.node[row]), int(table.index[row])
     a, b = int(table.start[row]), int(table.stop[row])
-    return ScheduleError(f"node {node}, op {idx} (round {int(table.round[row])}, elements [{a}, {b})): {message}",
-                         node=node, op_index=idx, round=int(table.round[row]), elements=(a, b))
+    return ScheduleError(f"node {node}, op {idx} (round {int(table.round[row])}, elements [{a}, {b})){_where(table, row)}"
+                         f": {message}", node=node, op_index=idx, round=int(table.round[row]), elements=(a, b))
 
 
 def _check_well_formed(s: Schedule, t: OpTable) -> None:
@@ -70,55 +86,18 @@ def _check_well_formed(s: Schedule, t: OpTable) -> None:
     if bad.any():
         r = int(np.flatnonzero(bad)[0])
         raise _fail(f"peer {int(t.peer[r])} does not exist (nodes are 0..{s.num_nodes - 1})", t, r)
-    bad = t.peer == t.node
-    if bad.any():
-        raise _fail("a node cannot message itself", t, int(np.flatnonzero(bad)[0]))
     bad = (t.start < 0) | (t.stop < t.start) | (t.stop > s.work_size)
     if bad.any():
         raise _fail(f"element range outside the work buffer [0, {s.work_size})", t, int(np.flatnonzero(bad)[0]))
+    bad = (t.remote < 0) | (t.remote + t.stop - t.start > s.work_size)
+    if bad.any():
+        r = int(np.flatnonzero(bad)[0])
+        raise _fail(f"the peer's range [{int(t.remote[r])}, {int(t.remote[r] + t.stop[r] - t.start[r])}) lies outside "
+                    f"its work buffer [0, {s.work_size})", t, r)
     if len(t) > 1:
         order_bad = (t.node[1:] == t.node[:-1]) & (t.round[1:] < t.round[:-1])
         if order_bad.any():
             raise _fail("operations are not in round order", t, int(np.flatnonzero(order_bad)[0]) + 1)
-
-
-def _pair_sequence(src: np.ndarray, dst: np.ndarray, rnd: np.ndarray | None, order: np.ndarray) -> np.ndarray:
-    """Position of each message among those with the same (src, dst[, round]), in program order."""
-    keys = (order, dst, src) if rnd is None else (order, rnd, dst, src)
-    idx = np.lexsort(keys)
-    same = np.ones(idx.size, dtype=bool)
-    if idx.size:
-        same[0] = False
-        same[1:] = (src[idx][1:] == src[idx][:-1]) & (dst[idx][1:] == dst[idx][:-1])
-        if rnd is not None:
-            same[1:] &= rnd[idx][1:] == rnd[idx][:-1]
-    group_start = np.maximum.accumulate(np.where(~same, np.arange(idx.size), 0))
-    seq = np.empty(idx.size, dtype=np.int64)
-    seq[idx] = np.arange(idx.size) - group_start
-    return seq
-
-
-def _match(t: OpTable, relaxed: bool) -> tuple[np.ndarray, np.ndarray] | None:
-    """Rows of sends and of their matching receives (aligned), or None if some message has no partner."""
-    is_send = t.kind == OpKind.SEND
-    srows, rrows = np.flatnonzero(is_send), np.flatnonzero(~is_send)
-    s_src, s_dst = t.node[srows], t.peer[srows]
-    r_src, r_dst = t.peer[rrows], t.node[rrows]
-    order_s, order_r = srows, rrows  # global row order is node-major program order
-    s_rnd = None if relaxed else t.round[srows]
-    r_rnd = None if relaxed else t.round[rrows]
-    s_seq = _pair_sequence(s_src, s_dst, s_rnd, order_s)
-    r_seq = _pair_sequence(r_src, r_dst, r_rnd, order_r)
-    zero_s, zero_r = np.zeros_like(s_src), np.zeros_like(r_src)
-    skey = np.lexsort((s_seq, zero_s if relaxed else s_rnd, s_dst, s_src))
-    rkey = np.lexsort((r_seq, zero_r if relaxed else r_rnd, r_dst, r_src))
-    if srows.size != rrows.size:
-        return None
-    a = np.stack([s_src[skey], s_dst[skey], s_seq[skey]] + ([] if relaxed else [s_rnd[skey]]))
-    b = np.stack([r_src[rkey], r_dst[rkey], r_seq[rkey]] + ([] if relaxed else [r_rnd[rkey]]))
-    if not np.array_equal(a, b):
-        return None
-    return srows[skey], rrows[rkey]
 
 
 def _unmatched_message(t: OpTable) -> ScheduleError:
@@ -143,6 +122,24 @@ def _unmatched_message(t: OpTable) -> ScheduleError:
             return _fail(f"receive from node {pair[0]} has no matching send on node {pair[0]} "
                          f"({len(s)} sends from {pair[0]} to {pair[1]}, {len(r)} receives)", t, row)
     return ScheduleError("messages do not match")  # pragma: no cover - counts differ so a pair differs
+
+
+def _check_ends(t: OpTable, send_rows: np.ndarray, recv_rows: np.ndarray) -> None:
+    """Both ends of every matched message name the same two ranges."""
+    ls, lr = t.stop[send_rows] - t.start[send_rows], t.stop[recv_rows] - t.start[recv_rows]
+    differ = (ls != lr) | (t.remote[send_rows] != t.start[recv_rows]) | (t.remote[recv_rows] != t.start[send_rows])
+    if not differ.any():
+        return
+    i = int(np.flatnonzero(differ)[0])
+    r, q = int(send_rows[i]), int(recv_rows[i])
+    peer = int(t.peer[r])
+    delivers = (f"to land at node {peer}'s [{int(t.remote[r])}, {int(t.remote[r] + ls[i])}) " if
+                int(t.remote[r]) != int(t.start[r]) else "")
+    reads = (f" (read from this node's [{int(t.remote[q])}, {int(t.remote[q] + lr[i])}))"
+             if int(t.remote[q]) != int(t.start[q]) else "")
+    raise _fail(f"sends elements [{int(t.start[r])}, {int(t.stop[r])}) {delivers}but node {peer}'s matching receive "
+                f"(its op {int(t.index[q])}){_where(t, q)} expects [{int(t.start[q])}, {int(t.stop[q])}){reads}; both "
+                "ends of a message must name the same two ranges", t, r)
 
 
 def _replay_blocking_order(t: OpTable, send_rows: np.ndarray, recv_rows: np.ndarray) -> ScheduleError:
@@ -179,8 +176,8 @@ def _replay_blocking_order(t: OpTable, send_rows: np.ndarray, recv_rows: np.ndar
     if not stuck:
         r = next(int(r) for r in send_rows if t.round[r] != t.round[partner[r]])
         return _fail(f"this message is received by node {int(t.peer[r])} in round {int(t.round[partner[r]])} "
-                     f"(its op {int(t.index[partner[r]])}); both ends of a message must be in the same round",
-                     t, r)
+                     f"(its op {int(t.index[partner[r]])}){_where(t, int(partner[r]))}; both ends of a message must "
+                     "be in the same round", t, r)
     # follow wait-for edges from a stuck node until a node repeats: that is the cycle
     def waits_on(n: int) -> int:
         rnd = current(n)
@@ -198,31 +195,59 @@ def _replay_blocking_order(t: OpTable, send_rows: np.ndarray, recv_rows: np.ndar
         chain.append(r)
         n = int(t.peer[r])
     cycle = chain[seen[n]:]
-    steps = "; ".join(f"node {int(t.node[r])} op {int(t.index[r])} (round {int(t.round[r])}) waits for node "
-                      f"{int(t.peer[r])}'s op {int(t.index[partner[r]])} in round {int(t.round[partner[r]])}, "
-                      f"but node {int(t.peer[r])} is blocked in round {current(int(t.peer[r]))}" for r in cycle)
+    steps = "; ".join(f"node {int(t.node[r])} op {int(t.index[r])} (round {int(t.round[r])}){_where(t, r)} waits for "
+                      f"node {int(t.peer[r])}'s op {int(t.index[partner[r]])} in round {int(t.round[partner[r]])}"
+                      f"{_where(t, int(partner[r]))}, but node {int(t.peer[r])} is blocked in round "
+                      f"{current(int(t.peer[r]))}" for r in cycle)
     return _fail(f"deadlock under the blocking order: {steps}", t, cycle[0])
 
 
-class _Symbolic:
-    """Bitset state per (node, segment); bit p marks undefined (never written) data."""
+def _cut_points(s: Schedule, t: OpTable, send_rows: np.ndarray, recv_rows: np.ndarray) -> np.ndarray:
+    """Boundaries of the elementary segments: every op's ends, the regions and output blocks, closed under the
+    shift of every message whose two ends sit at different offsets (so a segment maps onto whole segments)."""
+    cuts = [np.array([0, s.work_size], np.int64), t.start, t.stop]
+    for r in range(s.world_size):
+        for rng in (s.input_range(r), s.output_range(r)):
+            if rng is not None:
+                cuts.append(np.asarray(rng, np.int64))
+        out = s.output_range(r)
+        if out is not None:
+            cuts.append(np.array([out[0] + b.offset for b in s.output_blocks(r)], np.int64))
+    pts = np.unique(np.concatenate(cuts))
+    a, c = t.start[send_rows], t.start[recv_rows]
+    n = t.stop[send_rows] - a
+    moving = (a != c) & (n > 0)
+    shifts = np.unique(np.stack([a[moving], c[moving], n[moving]], axis=1), axis=0) if moving.any() else []
+    while len(shifts):
+        found = []
+        for a0, c0, n0 in shifts.tolist():
+            for x, y in ((a0, c0), (c0, a0)):  # points inside one end, moved to the other
+                inner = pts[np.searchsorted(pts, x, "right"):np.searchsorted(pts, x + n0, "left")]
+                found.append(inner - x + y)
+        grown = np.union1d(pts, np.concatenate(found))
+        if grown.size == pts.size:
+            break
+        pts = grown
+    return pts
 
-    def __init__(self, s: Schedule, t: OpTable) -> None:
+
+class _Symbolic:
+    """Per (node, segment): a bitset of contributing ranks (bit p marks undefined data) and the index of the
+    input element the segment's first element stands for (-1: undefined)."""
+
+    def __init__(self, s: Schedule, t: OpTable, bounds: np.ndarray) -> None:
         p = s.world_size
         self.p = p
         self.undef_word, self.undef_bit = divmod(p, 64)
         self.words = p // 64 + 1
-        cuts = [np.zeros(1, np.int64), np.array([s.work_size], np.int64), t.start, t.stop]
-        if s.collective in ("allgather", "reduce_scatter"):
-            k = s.count if s.collective == "allgather" else s.count // p
-            cuts.append(np.arange(p + 1, dtype=np.int64) * k)
-        self.bounds = np.unique(np.concatenate(cuts))
+        self.bounds = bounds
         self.nseg = max(int(self.bounds.size) - 1, 0)
-        need = s.num_nodes * self.nseg * self.words * 8
+        need = s.num_nodes * self.nseg * (self.words + 2) * 8
         if need > _MEMORY_LIMIT:
             raise ValueError(f"verifying this schedule needs {need / 2**30:.1f} GiB of symbolic state; "
                              "verify a smaller world size or count")
         self.state = np.zeros((s.num_nodes, self.nseg, self.words), dtype=np.uint64)
+        self.index = np.full((s.num_nodes, self.nseg), -1, dtype=np.int64)
         self.writer = np.full((s.num_nodes, self.nseg), -1, dtype=np.int64)  # row of the last op that wrote
         self.state[:, :, self.undef_word] = np.uint64(1 << self.undef_bit)
         for r in range(p):
@@ -230,6 +255,7 @@ class _Symbolic:
             if rng is not None and rng[1] > rng[0]:
                 a, b = self.segments(np.array([rng[0]]), np.array([rng[1]]))
                 self.state[r, a[0]:b[0], :] = self.ranks_bits([r])
+                self.index[r, a[0]:b[0]] = self.bounds[a[0]:b[0]] - rng[0]
 
     def ranks_bits(self, ranks) -> np.ndarray:
         bits = np.zeros(self.words, dtype=np.uint64)
@@ -248,11 +274,23 @@ class _Symbolic:
     def segments(self, start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return np.searchsorted(self.bounds, start), np.searchsorted(self.bounds, stop)
 
+    def ranks_of(self, bits: np.ndarray) -> list[int]:
+        return [w * 64 + b for w in range(self.words) for b in range(64)
+                if int(bits[w]) >> b & 1 and w * 64 + b < self.p]
+
     def describe(self, bits: np.ndarray) -> str:
-        ranks = [w * 64 + b for w in range(self.words) for b in range(64)
-                 if int(bits[w]) >> b & 1 and w * 64 + b < self.p]
         undef = bool(int(bits[self.undef_word]) >> self.undef_bit & 1)
-        text = _ranks_text(ranks)
+        return _ranks_text(self.ranks_of(bits)) + (" + undefined data" if undef else "")
+
+    def holding(self, bits: np.ndarray, index: int, length: int) -> str:
+        """What a segment holds, in words: whose input, which elements."""
+        ranks = self.ranks_of(bits)
+        undef = bool(int(bits[self.undef_word]) >> self.undef_bit & 1)
+        if not ranks:
+            return "undefined data" if undef else "nothing"
+        elems = f"input elements [{index}, {index + length})"
+        text = (f"rank {ranks[0]}'s {elems}" if len(ranks) == 1 else
+                f"the reduction over {_ranks_text(ranks)} of {elems}")
         return text + (" + undefined data" if undef else "")
 
 
@@ -269,7 +307,7 @@ def _popcount(x: np.ndarray) -> np.ndarray:
 
 
 def _execute(s: Schedule, t: OpTable, send_rows: np.ndarray, recv_rows: np.ndarray) -> _Symbolic:
-    sym = _Symbolic(s, t)
+    sym = _Symbolic(s, t, _cut_points(s, t, send_rows, recv_rows))
     undef_mask = np.zeros(sym.words, dtype=np.uint64)
     undef_mask[sym.undef_word] = np.uint64(1 << sym.undef_bit)
     contrib_mask = ~undef_mask
@@ -286,17 +324,20 @@ def _execute(s: Schedule, t: OpTable, send_rows: np.ndarray, recv_rows: np.ndarr
             continue
         keep = nseg > 0
         rr, ss, nseg = rr[keep], ss[keep], nseg[keep]
-        # expand each message into its segments
+        # expand each message into its segments; the sender's segment sits at the same offset into its range
         rep = np.repeat(np.arange(rr.size), nseg)
         offs = np.arange(rep.size) - np.repeat(np.cumsum(nseg) - nseg, nseg)
         seg = seg_a[rr][rep] + offs
+        src_seg = np.searchsorted(sym.bounds, sym.bounds[seg] - t.start[rr][rep] + t.start[ss][rep])
         dst = t.node[rr][rep]
-        payload = sym.state[t.node[ss][rep], seg]  # read before any write of this round
+        src = t.node[ss][rep]
+        payload = sym.state[src, src_seg]  # read before any write of this round
+        pindex = sym.index[src, src_seg]
         is_reduce = t.kind[rr][rep] == OpKind.RECV_REDUCE
         row = rr[rep]
         # group writes to the same (dst, segment) in program order (row order is program order per node)
         g = np.lexsort((row, seg, dst))
-        dst, seg, payload, is_reduce, row = dst[g], seg[g], payload[g], is_reduce[g], row[g]
+        dst, seg, payload, pindex, is_reduce, row = dst[g], seg[g], payload[g], pindex[g], is_reduce[g], row[g]
         first = np.ones(dst.size, dtype=bool)
         first[1:] = (dst[1:] != dst[:-1]) | (seg[1:] != seg[:-1])
         late_store = ~is_reduce & ~first
@@ -307,16 +348,27 @@ def _execute(s: Schedule, t: OpTable, send_rows: np.ndarray, recv_rows: np.ndarr
         base_is_state = is_reduce[starts]
         base = np.where(base_is_state[:, None], sym.state[dst[starts], seg[starts]], 0).astype(np.uint64)
         group_of = np.cumsum(first) - 1
-        if (payload & undef_mask).any(axis=1).any() and is_reduce.any():
-            bad = np.flatnonzero(is_reduce & (payload & undef_mask).any(axis=1))
-            if bad.size:
-                r = int(row[bad[0]])
-                raise _fail(f"reduces data that node {int(t.peer[r])} never defined (undefined data is sent)", t, r)
+        payload_undef = (payload & undef_mask).any(axis=1)
+        bad = np.flatnonzero(is_reduce & payload_undef)
+        if bad.size:
+            r = int(row[bad[0]])
+            raise _fail(f"reduces data that node {int(t.peer[r])} never defined (undefined data is sent)", t, r)
         base_undef = (base & undef_mask).any(axis=1) & base_is_state
         if base_undef.any():
             gi = int(np.flatnonzero(base_undef)[0])
             r = int(row[starts[gi]])
             raise _fail("reduces into local elements that were never defined", t, r)
+        # provenance: every operand of a reduction stands for the same input element
+        ref = np.where(base_is_state, sym.index[dst[starts], seg[starts]], pindex[starts])
+        wrong = pindex != ref[group_of]
+        if wrong.any():
+            i = int(np.flatnonzero(wrong)[0])
+            gi = int(group_of[i])
+            r = int(row[i])
+            length = int(sym.bounds[seg[i] + 1] - sym.bounds[seg[i]])
+            into = sym.holding(base[gi] if base_is_state[gi] else payload[starts[gi]], int(ref[gi]), length)
+            raise _fail(f"reduces {sym.holding(payload[i], int(pindex[i]), length)} into {into}: a reduction must "
+                        "combine the same element of every input", t, r)
         union = np.bitwise_or.reduceat(payload, starts, axis=0) | base
         counted = np.add.reduceat(_popcount(payload & contrib_mask), starts) + _popcount(base & contrib_mask)
         overlap = counted != _popcount(union & contrib_mask)
@@ -335,48 +387,53 @@ def _execute(s: Schedule, t: OpTable, send_rows: np.ndarray, recv_rows: np.ndarr
                 twice = union
             raise _fail(f"double contribution: {sym.describe(twice)} would be counted twice", t, culprit)
         sym.state[dst[starts], seg[starts]] = union
+        sym.index[dst[starts], seg[starts]] = ref
         last = np.concatenate((starts[1:], [dst.size])) - 1
         sym.writer[dst[starts], seg[starts]] = row[last]
     return sym
 
 
 def _check_outputs(s: Schedule, t: OpTable, sym: _Symbolic) -> None:
-    p = s.world_size
     all_bits = sym.all_ranks_bits()
-    for r in range(p):
+    for r in range(s.world_size):
         rng = s.output_range(r)
-        if rng is None or rng[1] == rng[0]:
+        if rng is None:
             continue
-        a, b = sym.segments(np.array([rng[0]]), np.array([rng[1]]))
-        segs = np.arange(a[0], b[0])
-        if s.collective in ("allreduce", "reduce_scatter", "reduce"):
-            expected = np.broadcast_to(all_bits, (segs.size, sym.words))
-        elif s.collective == "broadcast":
-            expected = np.broadcast_to(sym.ranks_bits([s.root]), (segs.size, sym.words))
-        else:  # allgather: block q holds rank q's input
-            owner = sym.bounds[segs] // max(s.count, 1)
-            expected = np.stack([sym.ranks_bits([int(q)]) for q in owner]) if segs.size else \
-                np.zeros((0, sym.words), np.uint64)
-        got = sym.state[r, segs]
-        wrong = np.flatnonzero((got != expected).any(axis=1))
-        if wrong.size:
-            i = int(wrong[0])
-            seg = int(segs[i])
-            e0, e1 = int(sym.bounds[seg]), int(sym.bounds[seg + 1])
-            missing = expected[i] & ~got[i]
-            extra = got[i] & ~expected[i]
-            parts = []
-            if _popcount(missing[None])[0]:
-                parts.append(f"misses {sym.describe(missing)}")
-            if _popcount(extra[None])[0]:
-                parts.append(f"also holds {sym.describe(extra)}")
-            writer = int(sym.writer[r, seg])
-            where = (f"; last written by its op {int(t.index[writer])} in round {int(t.round[writer])}"
-                     if writer >= 0 else "; never written by the schedule")
-            raise ScheduleError(f"rank {r} ends with wrong data in elements [{e0}, {e1}) of its {s.collective} "
-                                f"output: holds {sym.describe(got[i])}, {' and '.join(parts)}{where}",
-                                node=r, op_index=int(t.index[writer]) if writer >= 0 else None,
-                                elements=(e0, e1))
+        for block in s.output_blocks(r):
+            if block.length == 0:
+                continue
+            start = rng[0] + block.offset
+            a, b = sym.segments(np.array([start]), np.array([start + block.length]))
+            segs = np.arange(a[0], b[0])
+            want = all_bits if block.ranks is None else sym.ranks_bits(block.ranks)
+            want_index = block.index + sym.bounds[segs] - start
+            got, got_index = sym.state[r, segs], sym.index[r, segs]
+            wrong = np.flatnonzero((got != want).any(axis=1) | (got_index != want_index))
+            if wrong.size:
+                _wrong_output(s, t, sym, r, int(segs[wrong[0]]), want, int(want_index[wrong[0]]), rng[0])
+
+
+def _wrong_output(s: Schedule, t: OpTable, sym: _Symbolic, r: int, seg: int, want: np.ndarray, want_index: int,
+                  out_start: int) -> None:
+    e0, e1 = int(sym.bounds[seg]), int(sym.bounds[seg + 1])
+    got, got_index = sym.state[r, seg], int(sym.index[r, seg])
+    missing, extra = want & ~got, got & ~want
+    parts = []
+    if _popcount(missing[None])[0]:
+        parts.append(f"misses {sym.describe(missing)}")
+    if _popcount(extra[None])[0]:
+        parts.append(f"also holds {sym.describe(extra)}")
+    if not parts:
+        parts.append(f"stands for input elements [{got_index}, {got_index + e1 - e0}) instead of "
+                     f"[{want_index}, {want_index + e1 - e0})")
+    writer = int(sym.writer[r, seg])
+    where = (f"; last written by its op {int(t.index[writer])} in round {int(t.round[writer])}{_where(t, writer)}"
+             if writer >= 0 else "; never written by the schedule")
+    rel = f" (its output elements [{e0 - out_start}, {e1 - out_start}))" if out_start else ""
+    raise ScheduleError(f"rank {r} ends with wrong data in elements [{e0}, {e1}) of its {s.collective} output{rel}: "
+                        f"holds {sym.describe(got)}, {' and '.join(parts)}{where}; expected "
+                        f"{sym.holding(want, want_index, e1 - e0)}",
+                        node=r, op_index=int(t.index[writer]) if writer >= 0 else None, elements=(e0, e1))
 
 
 def verify(schedule: Schedule, *, itemsize: int = 4) -> VerifyReport:
@@ -390,35 +447,27 @@ def verify(schedule: Schedule, *, itemsize: int = 4) -> VerifyReport:
     s = schedule
     t = expand(s)
     _check_well_formed(s, t)
-    matched = _match(t, relaxed=False)
+    matched = pair_messages(t)
     if matched is None:
-        relaxed = _match(t, relaxed=True)
+        relaxed = pair_messages(t, same_round=False)
         if relaxed is None:
             raise _unmatched_message(t)
-        lengths_differ = (t.start[relaxed[0]] != t.start[relaxed[1]]) | (t.stop[relaxed[0]] != t.stop[relaxed[1]])
-        if lengths_differ.any():
-            r = int(relaxed[0][np.flatnonzero(lengths_differ)[0]])
-            q = int(relaxed[1][np.flatnonzero(lengths_differ)[0]])
-            raise _fail(f"sends elements [{int(t.start[r])}, {int(t.stop[r])}) but node {int(t.peer[r])}'s matching "
-                        f"receive (its op {int(t.index[q])}) expects [{int(t.start[q])}, {int(t.stop[q])})", t, r)
+        _check_ends(t, *relaxed)
         raise _replay_blocking_order(t, *relaxed)
     send_rows, recv_rows = matched
-    differ = (t.start[send_rows] != t.start[recv_rows]) | (t.stop[send_rows] != t.stop[recv_rows])
-    if differ.any():
-        i = int(np.flatnonzero(differ)[0])
-        r, q = int(send_rows[i]), int(recv_rows[i])
-        raise _fail(f"sends elements [{int(t.start[r])}, {int(t.stop[r])}) but node {int(t.peer[r])}'s matching "
-                    f"receive (its op {int(t.index[q])}) expects [{int(t.start[q])}, {int(t.stop[q])}); "
-                    "a message keeps its element positions", t, r)
+    _check_ends(t, send_rows, recv_rows)
     sym = _execute(s, t, send_rows, recv_rows)
     _check_outputs(s, t, sym)
     length = t.stop - t.start
-    is_send = t.kind == OpKind.SEND
+    remote = t.peer != t.node
+    is_send = (t.kind == OpKind.SEND) & remote
+    is_recv = (t.kind != OpKind.SEND) & remote
     sent = np.bincount(t.node[is_send], weights=length[is_send], minlength=s.num_nodes) * itemsize
-    received = np.bincount(t.node[~is_send], weights=length[~is_send], minlength=s.num_nodes) * itemsize
+    received = np.bincount(t.node[is_recv], weights=length[is_recv], minlength=s.num_nodes) * itemsize
     steps = int(np.unique(t.round).size)
+    local = int(((t.kind == OpKind.SEND) & ~remote).sum())
     return VerifyReport(s.algorithm, s.collective, s.world_size, s.count, s.num_nodes, steps,
-                        int(is_send.sum()), itemsize, sent.astype(np.int64), received.astype(np.int64))
+                        int(is_send.sum()), itemsize, sent.astype(np.int64), received.astype(np.int64), local)
 
 
 __all__ = ["ScheduleError", "VerifyReport", "verify"]

@@ -1,4 +1,4 @@
-/* The shared-memory plan runner (see plan.h for the instruction set). */
+/* The shared-memory plan runner (see plan.h for the instruction set and the call agreement). */
 #include "plan.h"
 #include "reduce.h"
 
@@ -20,10 +20,10 @@
 
 /* Counters live in MPI shared windows written by other processes: acquire loads pair with the writers'
  * release stores, so every byte a peer stored before publishing a counter is visible once we see it (this
- * also holds on weakly ordered CPUs, where the Python executor fences with MPI_Win_sync instead). */
-static int reached(int64_t *const counter, int64_t target)
+ * also holds on weakly ordered CPUs). */
+static int64_t load(const int64_t *word)
 {
-    return __atomic_load_n(counter, __ATOMIC_ACQUIRE) >= target;
+    return __atomic_load_n(word, __ATOMIC_ACQUIRE);
 }
 
 static int64_t monotonic_ns(void)
@@ -33,30 +33,97 @@ static int64_t monotonic_ns(void)
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
+void coll_ctrl_sign(int64_t *ctrl, int64_t seq, int64_t signature)
+{
+    const int slot = (int)(seq & 1) * 2;
+    /* the hash first, then the call number (release): a reader that sees the number sees its hash */
+    __atomic_store_n(&ctrl[COLL_CTRL_SIG_HASH + slot], signature, __ATOMIC_RELAXED);
+    __atomic_store_n(&ctrl[COLL_CTRL_SIG_SEQ + slot], seq, __ATOMIC_RELEASE);
+}
+
+void coll_ctrl_poison(int64_t *ctrl, int64_t seq)
+{
+    __atomic_store_n(&ctrl[COLL_CTRL_POISON], seq, __ATOMIC_RELEASE);
+}
+
+int coll_ctrl_compare(const int64_t *ctrl_q, int64_t seq, int64_t signature)
+{
+    const int slot = (int)(seq & 1) * 2;
+    if (load(&ctrl_q[COLL_CTRL_POISON]) == seq)
+        return -2;
+    /* A peer is at most one call ahead of a rank that waits on it in a call (it cannot finish the next call
+     * without this rank), so the slot of this call's parity holds this call's number once the peer started it,
+     * and an older one before. */
+    const int64_t its_seq = load(&ctrl_q[COLL_CTRL_SIG_SEQ + slot]);
+    if (its_seq != seq)
+        return 0;
+    return load(&ctrl_q[COLL_CTRL_SIG_HASH + slot]) == signature ? 1 : -1;
+}
+
+/* -1 when rank q shows a mismatch of this call (a -1 or -2 from coll_ctrl_compare), else 0; marks q checked
+ * once it has started the call with the same signature. */
+static int check_peer(struct coll_plan_call *call, int q)
+{
+    if (!call->check)
+        return 0;
+    if (call->checked[q]) { /* the same call as ours: it can only have found a mismatch elsewhere since */
+        if (load(&call->ctrl[q][COLL_CTRL_POISON]) != call->seq)
+            return 0;
+        call->waiting = q;
+        call->poisoned = 1;
+        return -1;
+    }
+    const int state = coll_ctrl_compare(call->ctrl[q], call->seq, call->signature);
+    if (state == 1) {
+        call->checked[q] = 1;
+        return 0;
+    }
+    if (state < 0) {
+        call->waiting = q;
+        call->poisoned = state == -2;
+        return -1;
+    }
+    return 0;
+}
+
 /* Ranks that share cores yield between polls: the peer awaited may be waiting for this core. A wait that
  * has lasted nap_after_ns sleeps instead, because a rank that yields for milliseconds still takes a share of
- * the core from a core-mate that works (Linux's EEVDF scheduler, measured with bench/tree_steps.py: steps
- * over ~3 ms ran 1.4-1.9x slower beside yielding waiters than beside sleeping ones). */
-static int wait_for(struct coll_plan_call *call, int64_t *const counter, int64_t target, int64_t polls,
-                    int yield_cpu)
+ * the core from a core-mate that works (Linux's EEVDF scheduler). */
+static void pause_between_polls(struct coll_plan_call *call, int yield_cpu)
 {
-    for (int64_t i = 0; i < polls; i++) {
-        if (reached(counter, target))
-            return 1;
-        if (!yield_cpu) {
-            CPU_RELAX();
-            continue;
-        }
-        const int64_t now = monotonic_ns();
-        if (call->wait_since_ns == 0)
-            call->wait_since_ns = now;
-        if (call->nap_after_ns > 0 && call->nap_ns > 0 && now - call->wait_since_ns >= call->nap_after_ns) {
-            const struct timespec nap = {call->nap_ns / 1000000000, call->nap_ns % 1000000000};
-            nanosleep(&nap, NULL);
-        } else
-            sched_yield();
+    if (!yield_cpu) {
+        CPU_RELAX();
+        return;
     }
-    return reached(counter, target);
+    const int64_t now = monotonic_ns();
+    if (call->wait_since_ns == 0)
+        call->wait_since_ns = now;
+    if (call->nap_after_ns > 0 && call->nap_ns > 0 && now - call->wait_since_ns >= call->nap_after_ns) {
+        const struct timespec nap = {call->nap_ns / 1000000000, call->nap_ns % 1000000000};
+        nanosleep(&nap, NULL);
+    } else
+        sched_yield();
+}
+
+/* 1: the counter reached target; 0: not within `polls` polls; -1: a mismatch (call->waiting says who). A wait
+ * for this call's progress (`checked_wait`) also watches the peer's signature slot and poison word, which sit
+ * in the cache line it polls anyway. */
+static int wait_for(struct coll_plan_call *call, int q, const int64_t *counter, int64_t target, int checked_wait,
+                    int64_t polls, int yield_cpu)
+{
+    for (int64_t i = 0;; i++) {
+        if (load(counter) >= target) {
+            /* the peer published progress of this call, so it wrote its signature slot before */
+            if (checked_wait && check_peer(call, q))
+                return -1;
+            return 1;
+        }
+        if (checked_wait && check_peer(call, q))
+            return -1;
+        if (i >= polls)
+            return 0;
+        pause_between_polls(call, yield_cpu);
+    }
 }
 
 /* One fused reduction of `n` operands (buffer, offset) pairs read from `w` into dst. */
@@ -72,7 +139,7 @@ static int reduce(const struct coll_plan_call *call, void *dst, const int64_t *w
         if (in == NULL || in_f32 == NULL) {
             free(in);
             free(in_f32);
-            return -3;
+            return COLL_PLAN_NO_MEMORY;
         }
     }
     for (int64_t k = 0; k < n; k++)
@@ -84,21 +151,37 @@ static int reduce(const struct coll_plan_call *call, void *dst, const int64_t *w
         free(in);
         free(in_f32);
     }
-    return rc == 0 ? 0 : -2;
+    return rc == 0 ? 0 : COLL_PLAN_KERNEL_REFUSED;
+}
+
+static int stop_at(struct coll_plan_call *call, int64_t i, int status)
+{
+    call->ip = i;
+    if (status == COLL_PLAN_MISMATCH)
+        coll_ctrl_poison(call->ctrl[call->me], call->seq); /* peers blocked on this rank learn it too */
+    return status;
 }
 
 int coll_plan_run(struct coll_plan_call *call, int64_t polls, int yield_cpu, int restart)
 {
     const int64_t *code = call->code;
     char **buffers = call->buffers;
-    int64_t *const *done = call->done, *const *read = call->read;
+    int64_t *const *ctrl = call->ctrl;
     const int me = call->me;
+    int64_t *const mine = ctrl[me];
     /* A call's state starts with the call, not at ip 0: a program that begins with a wait resumes there. */
     if (restart) {
         call->ip = 0;
-        call->base = __atomic_load_n(done[me], __ATOMIC_RELAXED); /* only this rank writes its counters */
+        call->base = __atomic_load_n(&mine[COLL_CTRL_DONE], __ATOMIC_RELAXED); /* only this rank writes it */
         call->events = 0;
         call->wait_since_ns = 0;
+        call->waiting = -1;
+        call->poisoned = 0;
+        if (call->check) {
+            memset(call->checked, 0, (size_t)call->nranks);
+            call->checked[me] = 1;
+            coll_ctrl_sign(mine, call->seq, call->signature);
+        }
     }
     int64_t i = call->ip;
     const int64_t base = call->base;
@@ -106,49 +189,65 @@ int coll_plan_run(struct coll_plan_call *call, int64_t polls, int yield_cpu, int
         const int64_t *w = code + i;
         switch (w[0]) {
         case COLL_PLAN_END:
-            call->ip = i;
             call->waiting = -1;
-            return 0;
+            return stop_at(call, i, COLL_PLAN_DONE);
         case COLL_PLAN_WAIT_DONE:
         case COLL_PLAN_WAIT_READ: {
-            int64_t *const counter = (w[0] == COLL_PLAN_WAIT_DONE ? done : read)[w[1]];
-            if (!reached(counter, base + w[2]) && !wait_for(call, counter, base + w[2], polls, yield_cpu)) {
-                call->ip = i;
-                call->waiting = w[1];
-                return 1;
+            const int q = (int)w[1];
+            const int64_t *counter = &ctrl[q][w[0] == COLL_PLAN_WAIT_DONE ? COLL_CTRL_DONE : COLL_CTRL_READ];
+            /* waits at offset 0 are for the previous call (its readers are done): no signature of ours yet */
+            const int rc = wait_for(call, q, counter, base + w[2], w[2] > 0, polls, yield_cpu);
+            if (rc < 0)
+                return stop_at(call, i, COLL_PLAN_MISMATCH);
+            if (rc == 0) {
+                call->waiting = q;
+                return stop_at(call, i, COLL_PLAN_WAITING);
             }
             call->wait_since_ns = 0;
             call->events++;
             i += 3;
             break;
         }
+        case COLL_PLAN_CHECK_ALL:
+            for (int q = 0; call->check && q < call->nranks; q++) {
+                if (call->checked[q])
+                    continue;
+                const int rc = wait_for(call, q, &ctrl[q][COLL_CTRL_SIG_SEQ + (int)(call->seq & 1) * 2],
+                                        call->seq, 1, polls, yield_cpu);
+                if (rc < 0)
+                    return stop_at(call, i, COLL_PLAN_MISMATCH);
+                if (rc == 0 || !call->checked[q]) { /* not started yet (or a stale slot number): wait on */
+                    call->waiting = q;
+                    return stop_at(call, i, COLL_PLAN_WAITING);
+                }
+                call->wait_since_ns = 0;
+            }
+            i += 1;
+            break;
         case COLL_PLAN_COPY:
             memcpy(buffers[w[1]] + w[2], buffers[w[3]] + w[4], (size_t)w[5]);
             i += 6;
             break;
         case COLL_PLAN_REDUCE: {
-            int64_t n = w[4];
-            int rc = n < 1 ? -1 : reduce(call, buffers[w[1]] + w[2], w + 5, n, w[3]);
-            if (rc != 0) {
-                call->ip = i;
-                return rc;
-            }
+            const int64_t n = w[4];
+            const int rc = n < 1 ? COLL_PLAN_BAD_CODE : reduce(call, buffers[w[1]] + w[2], w + 5, n, w[3]);
+            if (rc != 0)
+                return stop_at(call, i, rc);
             i += 5 + 2 * n;
             break;
         }
         case COLL_PLAN_PUBLISH:
-            __atomic_store_n(read[me], base + w[1], __ATOMIC_RELEASE);
-            __atomic_store_n(done[me], base + w[1], __ATOMIC_RELEASE);
+            __atomic_store_n(&mine[COLL_CTRL_READ], base + w[1], __ATOMIC_RELEASE);
+            __atomic_store_n(&mine[COLL_CTRL_DONE], base + w[1], __ATOMIC_RELEASE);
             call->events++;
             i += 2;
             break;
         case COLL_PLAN_SET_READ:
-            __atomic_store_n(read[me], base + w[1], __ATOMIC_RELEASE);
+            __atomic_store_n(&mine[COLL_CTRL_READ], base + w[1], __ATOMIC_RELEASE);
             i += 2;
             break;
         default:
-            call->ip = i;
-            return -1;
+            return stop_at(call, i, COLL_PLAN_BAD_CODE);
         }
     }
 }

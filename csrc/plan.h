@@ -1,9 +1,9 @@
 /* A shared-memory plan runner: executes a flat instruction stream of copies, fused reductions and waits on
  * peers' counters, so one collective over shared memory runs without returning to Python between rounds.
  *
- * It knows nothing of schedules: the transport (collectives/transport/shm_program.py) compiles a schedule's
+ * It knows nothing of schedules: the transport (collectives/transport/shm/program.py) compiles a schedule's
  * per-rank shared-memory plan into these instructions; this file only moves bytes, calls the reduction
- * kernels of reduce.c and waits.
+ * kernels of reduce.c, waits, and checks that every rank runs the same call (below).
  *
  * Instruction words (int64), operands in bytes:
  *   END
@@ -13,7 +13,18 @@
  *   REDUCE     dst_buf dst_off count n  (buf off) x n      dst = in[0] op ... op in[n-1], one kernel call
  *   PUBLISH    off              read[me] = done[me] = base + off (release)
  *   SET_READ   off              read[me] = base + off (release)
+ *   CHECK_ALL                   every peer not yet checked in this call has started it with this signature
  * `buffers[b]` is the base address of buffer b (the transport numbers them: work, input, peers' windows).
+ *
+ * Control block of rank q (COLL_CTRL_WORDS int64 in shared memory, `ctrl[q]`): its `done` counter, two
+ * signature slots (call number, signature hash; slot = call number & 1) and a poison word, in one cache line,
+ * then its `read` counter in the next. The call agreement rides on the waits a call makes anyway: a run writes
+ * its signature slot first; every wait on a peer for this call (target above the call's base) also reads the
+ * peer's slot, in the line it polls: a peer that has started the same call number with another signature is a
+ * mismatch, and so is a peer whose poison word names this call (it found a mismatch: it propagates); CHECK_ALL
+ * waits for the peers this call never waited on to start it, and compares. Every rank so compares its signature
+ * with every peer's before its call returns, and a mismatch is reported by every rank (it sets its own poison
+ * word so that a peer blocked on it learns too) instead of a hang or wrong data.
  *
  * The declarations between the CDEF markers are read verbatim by csrc/build_kernels.py as the cffi cdef.
  */
@@ -25,38 +36,59 @@
 /* CDEF-BEGIN */
 enum coll_plan_opcode {
     COLL_PLAN_END = 0, COLL_PLAN_WAIT_DONE = 1, COLL_PLAN_WAIT_READ = 2, COLL_PLAN_COPY = 3,
-    COLL_PLAN_REDUCE = 4, COLL_PLAN_PUBLISH = 5, COLL_PLAN_SET_READ = 6
+    COLL_PLAN_REDUCE = 4, COLL_PLAN_PUBLISH = 5, COLL_PLAN_SET_READ = 6, COLL_PLAN_CHECK_ALL = 7
 };
 enum coll_plan_kind { COLL_PLAN_NATIVE = 0, COLL_PLAN_HALF = 1 };
+enum coll_ctrl_word {
+    COLL_CTRL_DONE = 0, COLL_CTRL_SIG_SEQ = 1, COLL_CTRL_SIG_HASH = 2, COLL_CTRL_POISON = 5,
+    COLL_CTRL_READ = 8, COLL_CTRL_WORDS = 16
+};
+enum coll_plan_status {
+    COLL_PLAN_DONE = 0, COLL_PLAN_WAITING = 1, COLL_PLAN_BAD_CODE = -1, COLL_PLAN_KERNEL_REFUSED = -2,
+    COLL_PLAN_NO_MEMORY = -3, COLL_PLAN_MISMATCH = -4
+};
 
-/* One call of a program: set up once per runner, then per call only the WORK and SOURCE buffers (and a run with
- * `restart`). */
+/* One call of a program: set up once per runner, then per call only the WORK and SOURCE buffers, the call
+ * number `seq` (and a run with `restart`). */
 struct coll_plan_call {
     const int64_t *code;
     char **buffers;        /* buffers[b]: base address of buffer b */
-    int64_t *const *done;  /* every rank's counters in the shared control window */
-    int64_t *const *read;
+    int64_t *const *ctrl;  /* every rank's control block in the shared control window */
+    unsigned char *checked; /* per rank: its signature was compared during this call (nranks entries) */
     int64_t ip;            /* next instruction word (a run with `restart` sets it to 0) */
     int64_t base;          /* counters' value before the call (read from done[me] by a run with `restart`) */
-    int64_t waiting;       /* the peer a returned wait is for, -1 when none */
+    int64_t waiting;       /* the peer a returned wait (or a mismatch) is about, -1 when none */
     int64_t events;        /* waits passed and counters published during this call */
     int64_t nap_after_ns;  /* yielding waits sleep nap_ns per poll once they have lasted this long (0: never) */
     int64_t nap_ns;        /* 0 or less: never sleep */
     int64_t wait_since_ns; /* CLOCK_MONOTONIC when the current wait's first poll yielded, 0 when none */
+    int64_t seq;           /* the call's number on its communicator (the same on every rank of a matching call) */
+    int64_t signature;     /* hash of what every rank must agree on (collective, count, dtype, op, root, ...) */
+    int64_t poisoned;      /* 1: the peer in `waiting` reported a mismatch of this call (propagated) */
     int me;
+    int nranks;
+    int check;             /* 1: compare signatures (the call agreement); 0: trust the caller */
     int kind;              /* COLL_PLAN_NATIVE: coll_reduce(dtype, op); COLL_PLAN_HALF: coll_reduce_half */
     int dtype;
     int op;
 };
 
-/* Run the call from call->ip, or start it when `restart` (ip, base, events and the wait clock reset: a call that
- * begins with a wait resumes at ip 0 without restarting). A wait that is not satisfied is polled up to `polls`
- * times (a pause between polls; sched_yield when `yield_cpu`, and once such a wait has lasted nap_after_ns, a
- * nanosleep of nap_ns, so one run can then block for polls x ~20-75 us before returning); then it returns 1
- * with ip at the wait and `waiting` set, so the caller can check its deadline and call again. Returns 0 once
- * END is reached, -1 for a bad instruction, -2 when a reduction kernel refused its dtype/op, -3 when operand
- * arrays could not be allocated. */
+/* Run the call from call->ip, or start it when `restart` (ip, base, events, the wait clock and the checked
+ * peers reset, this rank's signature slot written). A wait that is not satisfied is polled up to `polls` times
+ * (a pause between polls; sched_yield when `yield_cpu`, and once such a wait has lasted nap_after_ns, a
+ * nanosleep of nap_ns); then it returns COLL_PLAN_WAITING with ip at the wait and `waiting` set, so the caller
+ * can check its deadline and call again. Returns COLL_PLAN_DONE once END is reached, COLL_PLAN_MISMATCH (with
+ * `waiting` the peer and `poisoned` telling whether that peer only passed the news on) when the ranks run
+ * different calls, or a negative error code. */
 int coll_plan_run(struct coll_plan_call *call, int64_t polls, int yield_cpu, int restart);
+
+/* The signature slot and poison word helpers the Python side uses for calls that do not run a program
+ * (MPI's own collectives, point-to-point messages) on a host whose ranks share the control window. */
+void coll_ctrl_sign(int64_t *ctrl, int64_t seq, int64_t signature);
+void coll_ctrl_poison(int64_t *ctrl, int64_t seq);
+/* 1: rank q started call `seq` with this signature; 0: not yet; -1: another signature; -2: q reported a
+ * mismatch of this call (its poison word). */
+int coll_ctrl_compare(const int64_t *ctrl_q, int64_t seq, int64_t signature);
 /* CDEF-END */
 
 #endif

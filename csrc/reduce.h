@@ -20,12 +20,14 @@ enum coll_dtype {
     COLL_U8 = 6, COLL_U16 = 7, COLL_U32 = 8, COLL_U64 = 9
 };
 enum coll_half { COLL_HALF_F16 = 0, COLL_HALF_BF16 = 1 };
-enum coll_op { COLL_SUM = 0, COLL_PROD = 1, COLL_MIN = 2, COLL_MAX = 3 };
+/* The bitwise ops (BAND, BOR, BXOR) exist for the integer dtypes only; COLL_OPS counts the ops. */
+enum coll_op { COLL_SUM = 0, COLL_PROD = 1, COLL_MIN = 2, COLL_MAX = 3, COLL_BAND = 4, COLL_BOR = 5, COLL_BXOR = 6,
+               COLL_OPS = 7 };
 
-/* Same-type reduction. Returns 0, or -1 for an unknown dtype/op. */
+/* Same-type reduction. Returns 0, or -1 for an unknown dtype/op or a bitwise op on a floating-point dtype. */
 int coll_reduce(int dtype, int op, void *out, const void *const *inputs, size_t n_inputs, size_t count);
 
-/* 16-bit float reduction accumulated in float32 and rounded once (round-to-nearest-even).
+/* 16-bit float reduction (ops SUM..MAX; bitwise ops return -1) accumulated in float32 and rounded once (round-to-nearest-even).
  * half_kind: COLL_HALF_F16 or COLL_HALF_BF16. out_is_f32 / in_is_f32[k]: that buffer holds float32
  * instead of the 16-bit type (accumulate into float32, or round float32 into 16-bit). */
 int coll_reduce_half(int half_kind, int op, void *out, int out_is_f32, const void *const *inputs,

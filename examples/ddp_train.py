@@ -2,6 +2,11 @@
 
     mpiexec -n 4 python examples/ddp_train.py --backend collectives --out /tmp/ddp
     mpiexec -n 4 python examples/ddp_train.py --backend gloo --out /tmp/ddp_gloo
+    mpiexec -n 4 python examples/ddp_train.py --backend collectives --hook fp16 --out /tmp/ddp_fp16
+
+`--hook fp16` registers DDP's fp16 compression communication hook (torch's default_hooks.fp16_compress_hook: the
+bucket is cast to float16, all-reduced asynchronously, and a `then` callback on the Work's future divides and
+casts back), so the reducer waits on futures the backend completes.
 
 Everything is seeded: the model (rank 0's initial weights are broadcast by DDP anyway), and each rank's synthetic
 regression data (seed + rank). Each rank saves its final weights to OUT/weights_rank{r}.pt; rank 0 prints
@@ -33,6 +38,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--bucket-cap-mb", type=float, default=0.004,
                     help="DDP gradient bucket size (small: several buckets, several allreduces per step)")
+    ap.add_argument("--hook", choices=["none", "fp16"], default="none", help="DDP communication hook")
     args = ap.parse_args()
 
     torch.set_num_threads(1)  # several ranks share the host's cores
@@ -43,6 +49,10 @@ def main() -> None:
     model = nn.Sequential(nn.Linear(d_in, args.hidden), nn.Tanh(), nn.Linear(args.hidden, d_out))
     teacher = torch.randn(d_in, d_out)
     ddp = DDP(model, bucket_cap_mb=args.bucket_cap_mb)
+    if args.hook == "fp16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        ddp.register_comm_hook(state=None, hook=default_hooks.fp16_compress_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
 
     gen = torch.Generator().manual_seed(args.seed * 1000 + rank + 1)  # each rank its own data shard
@@ -65,7 +75,8 @@ def main() -> None:
     dist.barrier()
     if rank == 0:
         print("RESULT " + json.dumps({"backend": args.backend, "world_size": size, "steps": args.steps,
-                                      "final_loss": mean_loss.item(), "train_seconds": round(elapsed, 3)}),
+                                      "final_loss": mean_loss.item(), "hook": args.hook,
+                                      "train_seconds": round(elapsed, 3)}),
               flush=True)
     dist.destroy_process_group()
 

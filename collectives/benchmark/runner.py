@@ -24,10 +24,7 @@ import numpy as np
 
 from ..registry import parse_param_value
 from . import format as fmt
-from .calibrate import mate_ratio
-from .cores import core_share, link_shared_core_time, shm_shared_core_time
 from .data import Pattern, count_wrong
-from .host_state import FAR_RATIO, CoreDistance, state_changed
 
 
 @dataclass
@@ -108,8 +105,8 @@ class Predictor:
     """Simulated times on a saved topology (resized to the job's world size when it is a one-domain cluster)."""
 
     def __init__(self, path: str, world_size: int, dtype: np.dtype, op: str, root: int) -> None:
-        from ..choice import resize as _resize
         from ..topology import load
+        from ..tune import _resize
 
         self.path = path
         self.world_size = world_size
@@ -135,53 +132,9 @@ class Predictor:
             kw = dict(collective=collective, dtype=dtype_name(self.dtype), op="sum" if self.op == "avg" else self.op,
                       root=root, **params)
             topo = self.topology_for(nbytes)
-            share = core_share(self.calibration)
-            cores = (self.calibration or {}).get("cores")
-            # ranks share cores in the calibration (its rates are shared-core rates) or in this run
-            if cores and (share > 1 or topo.world_size > cores) and self._is_loopback(topo):
-                seconds = self._shared_cores(algorithm, topo, nbytes, share, kw, params)
-            else:
-                seconds = float(simulate(algorithm, topo, nbytes, **kw).time)
+            seconds = float(simulate(algorithm, topo, nbytes, **kw).time)
             self._cache[key] = seconds + self.call_overhead
         return self._cache[key]
-
-    @staticmethod
-    def _is_loopback(topology) -> bool:
-        """One NVLink domain and nothing else: the shape `collectives calibrate` writes for this host."""
-        spec = getattr(topology, "spec", None)
-        return spec is not None and spec.domains == 1
-
-    def _shared_cores(self, algorithm: str, topology, nbytes: int, share: float, kw: dict, params: dict) -> float:
-        """More ranks than cores on the calibrated host: the executor's plans priced on the cores (cores.py)."""
-        from ..simulator.engine import build_schedule, count_for
-        from ..simulator.model import itemsize
-
-        size = itemsize(kw["dtype"])
-        schedule = build_schedule(algorithm, topology, kw["collective"],
-                                  count_for(kw["collective"], nbytes, topology.world_size, size), kw["dtype"],
-                                  kw["op"], kw["root"], **params)
-        c, params_now = self.calibration, topology.to_dict()
-        reduce_rate = float(topology.reduce_throughput(kw["dtype"]))
-        if schedule.num_nodes != topology.world_size:  # switch nodes: the message path runs it, not shared memory
-            from ..simulate import simulate
-            from ..topology import from_dict
-
-            return link_shared_core_time(lambda d: float(simulate(algorithm, from_dict(d), nbytes, **kw).time),
-                                         params_now, schedule, world_size=topology.world_size, itemsize=size,
-                                         reduce_rate=reduce_rate, share=share, cores=int(c["cores"]))
-        # a loopback message crosses two hops (rank -> switch -> rank): a round's latency is two hop latencies
-        latency = 2.0 * float(params_now["nvlink_latency"])
-        # an empty synchronised round, where every wait blocks, less a round's cost: what blocking adds
-        handoff = max(float(c.get("sync_round_s", 0.0)) - float(c.get("round_s", 0.0)), 0.0)
-        # ranks sharing a core read each other's windows cheaper than across cores (calibrate's mates' round),
-        # when the calibration ran with the job's ranks bound the same way
-        ratio = mate_ratio(c, nbytes)
-        mates = (int(c["core_mate_shift"]), ratio) if ratio is not None and c.get("ranks") == topology.world_size \
-            else None
-        return shm_shared_core_time(schedule, world_size=topology.world_size, itemsize=size,
-                                    bandwidth=float(params_now["nvlink_bandwidth"]), reduce_rate=reduce_rate,
-                                    latency=latency, handoff=handoff, share=share, cores=int(c["cores"]),
-                                    mates=mates)
 
     @property
     def call_overhead(self) -> float:
@@ -222,51 +175,6 @@ class Bench:
         self.predictor = None
         if opts.predict:  # every rank loads it (cheap, and a bad file fails everywhere alike)
             self.predictor = Predictor(opts.predict, self.p, opts.dtype, opts.op, opts.root)
-        # the host state the calibration measured, probed again per size (benchmark/host_state.py)
-        self.calibrated_distance = None
-        self.distance = None
-        if self.predictor is not None and (self.predictor.calibration or {}).get("core_to_core_s"):
-            self.calibrated_distance = [float(v) for v in self.predictor.calibration["core_to_core_s"]]
-            self.distance = CoreDistance(self.ctl)
-        self.other_state: list[int] = []  # sizes measured with the cores placed otherwise than calibrated
-        self.seen_distances: list[float] = []
-
-    def probe_host(self) -> float | None:
-        """One-way core-to-core seconds now (collective; None without a probe); `note_host` compares it with the
-        calibration's."""
-        if self.distance is None:
-            return None
-        return self.distance.measure()
-
-    def note_host(self, records: list[dict], nbytes: int, now: float | None) -> None:
-        """Record the distance probed before this size on its rows, and the size if the placement has changed."""
-        if now is None:
-            return
-        for rec in records:
-            rec["core_to_core_ns"] = now * 1e9
-        self.seen_distances.append(now)
-        if state_changed(self.calibrated_distance, now):
-            self.other_state.append(nbytes)
-
-    def host_state_lines(self) -> list[str]:
-        """Comment lines for the end of the output: the calibration's placement of the cores and the rows that ran
-        in another one (their predictions describe the calibrated placement, not theirs)."""
-        if self.calibrated_distance is None or not self.seen_distances:
-            return []
-        cal = "/".join(f"{c * 1e9:.0f}" for c in self.calibrated_distance)
-        lo, hi = min(self.seen_distances) * 1e9, max(self.seen_distances) * 1e9
-        lines = [f"# Host state: cores {cal} ns apart (one way) when calibrated, {lo:.0f}-{hi:.0f} ns during the "
-                 f"measurements"]
-        if state_changed(*self.calibrated_distance):
-            lines.append("# Host state: the placement of the cores changed during the calibration itself")
-        if self.other_state:
-            sizes = sorted(set(self.other_state))
-            lines.append(f"# Host state: sizes {', '.join(str(n) for n in sizes)} ran with the cores placed "
-                         f"otherwise (over {FAR_RATIO:g}x from the calibrated distance either way): their predictions "
-                         f"describe the calibrated placement")
-        return lines
-
-    # -- printing (rank 0) -------------------------------------------------------------------------------------
     def emit(self, line: str) -> None:
         if self.rank == 0:
             print(line, file=self.opts.out, flush=True)
@@ -360,9 +268,9 @@ class Bench:
                 "rank_max_us": rank_stats[2] * 1e6}
 
     def skip_reason(self, spec: AlgoSpec) -> str | None:
-        from ..transport.choice import native_supports
+        from ..transport.choose import native_supports
 
-        if spec.name == "native" and not native_supports(self.opts.dtype):
+        if spec.name == "native" and not native_supports(self.opts.dtype, self.opts.collective):
             return "native skipped: MPI has no bfloat16 type"
         return None
 
@@ -398,13 +306,11 @@ class Bench:
         for nbytes_asked in o.sizes:
             count = self.count_for(nbytes_asked)
             nbytes = count * o.dtype.itemsize
-            now = self.probe_host()
             for spec in o.algorithms:
                 if self.skip_reason(spec):
                     continue
                 oop = self.measure(spec, nbytes, count, in_place=False)
                 ip = self.measure(spec, nbytes, count, in_place=True) if has_in_place else None
-                self.note_host([oop] + ([ip] if ip else []), nbytes, now)
                 pred = None
                 if self.rank == 0 and self.predictor is not None:
                     pred = self.predicted(oop)
@@ -424,8 +330,6 @@ class Bench:
         for line in fmt.footer(wrong, float(np.mean(bws)) if bws else 0.0,
                                {k: float(np.mean(v)) for k, v in per_algo.items()}):
             self.emit(line)
-        for line in self.host_state_lines():
-            self.emit(line)
         self.write_files()
         return 1 if wrong else 0
 
@@ -442,9 +346,7 @@ class Bench:
             for nbytes_asked in o.sizes:
                 count = self.count_for(nbytes_asked)
                 nbytes = count * o.dtype.itemsize
-                now = self.probe_host()
                 rec = self.measure(spec, nbytes, count, in_place=False)
-                self.note_host([rec], nbytes, now)
                 if self.rank == 0 and self.predictor is not None:
                     pred = self.predicted(rec)
                     rec["predicted_us"] = None if pred is None else pred * 1e6
@@ -457,8 +359,6 @@ class Bench:
         wrong = sum(r["wrong"] or 0 for r in self.records)
         if o.check:
             self.emit(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
-        for line in self.host_state_lines():
-            self.emit(line)
         self.write_files()
         return 1 if wrong else 0
 
@@ -484,10 +384,7 @@ class Bench:
 
     def run(self) -> int:
         try:
-            result = self.run_osu() if self.opts.osu else self.run_nccl()
-            if self.distance is not None:  # not on an error: freeing its window waits for every rank
-                self.distance.close()
-            return result
+            return self.run_osu() if self.opts.osu else self.run_nccl()
         finally:
             self.ctl.Free()
 

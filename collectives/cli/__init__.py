@@ -16,6 +16,7 @@ SUBCOMMANDS = {
     "tune": "collectives.cli.tune",
     "bench": "collectives.cli.bench",
     "calibrate": "collectives.cli.calibrate",
+    "export": "collectives.cli.export",
 }
 
 

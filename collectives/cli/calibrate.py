@@ -14,7 +14,6 @@ import argparse
 import json
 import sys
 
-from ..benchmark.host_state import state_changed
 from .job_errors import abort_job_on_error
 
 
@@ -29,6 +28,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="the call agreement of the communicator whose fixed costs are measured: use the one "
                         "`collectives bench --comm-check` will run with (default off, as bench's)")
     p.add_argument("--json", metavar="FILE", help="also write the raw measurements as JSON")
+    p.add_argument("--decisions", metavar="FILE",
+                   help="instead: measure which algorithm (or MPI's own collective) is fastest here per collective "
+                        "and size, and write the table auto reads into FILE (tables of other rank counts already in "
+                        "FILE are kept; point COLLECTIVES_DECISIONS at it). Takes a few minutes")
+    p.add_argument("--collectives", nargs="+", metavar="NAME", default=None,
+                   help="with --decisions: only these collectives (default: all)")
     return p
 
 
@@ -68,6 +73,8 @@ def run(args) -> int:
     from ..topology import calibration_path
     from ..transport import init
 
+    if args.decisions:
+        return _decisions(args)
     comm = init(check=args.comm_check)
     try:
         def log(msg: str) -> None:
@@ -90,6 +97,49 @@ def run(args) -> int:
         comm.close()
 
 
+def _decisions(args) -> int:
+    """calibrate --decisions FILE: measure auto's table on this host (with the default call agreement, as calls
+    run) and merge it into FILE."""
+    import numpy as np
+
+    from ..benchmark import decide
+    from ..benchmark.compare import COLLECTIVES
+    from ..transport import init
+
+    chosen = args.collectives or list(COLLECTIVES)
+    unknown = [c for c in chosen if c not in COLLECTIVES]
+    if unknown:
+        raise ValueError(f"unknown collective(s) {', '.join(unknown)}; choose from {', '.join(COLLECTIVES)}")
+    comm = init()
+    try:
+        def log(msg: str) -> None:
+            if comm.rank == 0:
+                print(f"# {msg}", file=sys.stderr, flush=True)
+
+        with abort_job_on_error(comm.mpi_comm, "calibrate --decisions"):
+            tables = decide.measure(comm, chosen, trials=3 if args.quick else 5,
+                                    seconds=0.01 if args.quick else 0.02, log=log)
+        failed = None
+        if comm.rank == 0:
+            try:
+                path = decide.save(tables, args.decisions, decide.describe(comm, np.dtype(np.float32)))
+                for t in tables:
+                    rows = "; ".join(f"{'below ' + str(b) + ' B' if b else 'above'}: {a} {p or ''}".strip()
+                                     for b, a, p in t["rows"])
+                    print(f"{t['collective']} ({t['ranks']} ranks, {t['transport']}): {rows}")
+                print(f"wrote {path}")
+            except Exception as exc:  # noqa: BLE001 - reported on every rank below, never a rank left waiting
+                failed = f"cannot write the decisions: {type(exc).__name__}: {exc}"
+        failed = comm.mpi_comm.bcast(failed, root=0)
+        if failed:
+            if comm.rank == 0:
+                print(f"collectives calibrate: error: {failed}", file=sys.stderr)
+            return 2
+        return 0
+    finally:
+        comm.close()
+
+
 def _report(numbers: dict, topo, written: list[str]) -> None:
     p = numbers["ranks"]
     print(f"# collectives calibrate: {p} ranks, {numbers['ranks_per_host']} per host on {numbers['cores']} cores"
@@ -106,28 +156,15 @@ def _report(numbers: dict, topo, written: list[str]) -> None:
           f"{numbers['exchange_bandwidth'] / 1e9:.3f} GB/s")
     print(f"memcpy (shared memory)   : {numbers['memcpy_bandwidth'] / 1e9:.3f} GB/s per rank")
     print(f"transport round cost     : {numbers['transport_round_s'] * 1e6:.2f} us (ring allreduce of {p} floats)")
-    if "window_s" in numbers:
+    if numbers["window_s"].get("copy_round"):
         w = numbers["window_s"]
-        timing = ("first start to last end, less an empty phase's" if numbers["oversubscribed"]
-                  else "the slowest rank")
-        print(f"# shared-memory windows, us per piece of D/{p} bytes (all ranks at once, {timing})")
-        mates = numbers.get("window_mates_s")
-        print(f"# {'D (B)':>12}  {'copy round':>11}  {'reduce round':>12}"
-              + (f"  {'copy round between ranks ' + str(numbers['core_mate_shift']) + ' apart (one core)':>12}"
-                 if mates else ""))
-        for k, ((d, a), (_, b)) in enumerate(zip(w["copy_round"], w["reduce_round"], strict=True)):
-            print(f"  {d:12d}  {a * 1e6:11.2f}  {b * 1e6:12.2f}" + (f"  {mates['copy_round'][k][1] * 1e6:12.2f}"
-                                                                     if mates else ""))
-        print(f"round synchronisation    : {numbers.get('sync_round_s', 0.0) * 1e6:.2f} us per round (left out of "
-              "the rounds above)")
-        print(f"transport fixed costs    : {numbers['round_s'] * 1e6:.2f} us per round, "
-              f"{numbers['call_overhead_s'] * 1e6:.2f} us per call")
-    if "core_to_core_s" in numbers:
-        before, after = numbers["core_to_core_s"]
-        moved = state_changed(before, after)
-        print(f"core to core             : {before * 1e9:.0f} ns one way before the window rounds, "
-              f"{after * 1e9:.0f} ns after" + ("  (the host placed its cores otherwise in between: calibrate "
-                                              "again for predictions of one state)" if moved else ""))
+        print(f"# the transport's rounds, us per round of D/{p} bytes (ring allgather and reduce_scatter, less the "
+              "fixed costs)")
+        print(f"# {'D (B)':>12}  {'copy round':>11}  {'reduce round':>12}")
+        for (d, a), (_, b) in zip(w["copy_round"], w["reduce_round"], strict=True):
+            print(f"  {d:12d}  {a * 1e6:11.2f}  {b * 1e6:12.2f}")
+    print(f"transport fixed costs    : {numbers['round_s'] * 1e6:.2f} us per round, "
+          f"{numbers['call_overhead_s'] * 1e6:.2f} us per call")
     print("reduce_into 2 inputs     : " + ", ".join(f"{k} {v / 1e9:.2f}" for k, v in numbers["reduce_bandwidth"].items())
           + " GB/s")
     spec = topo.to_dict()

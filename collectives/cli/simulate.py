@@ -114,9 +114,12 @@ def add_parser(sub) -> None:
                        description="Simulate algorithms over a range of sizes and print one nccl-tests-style table "
                                    "per algorithm; '*' marks the fastest algorithm at each size.")
     add_topology_args(p)
-    p.add_argument("--collective", default="allreduce")
+    p.add_argument("--collective", default=None, help="default: allreduce, or the --msccl file's collective")
     p.add_argument("--algorithms", default=None,
                    help="comma-separated names, or 'auto' (default: every algorithm for the collective)")
+    p.add_argument("--msccl", action="append", default=[], metavar="FILE",
+                   help="also time an MSCCL-IR file (repeatable), in the same table; sizes the MSCCL executor would "
+                        "not run it at (count x multiplier not a multiple of nchunksperloop) are marked")
     p.add_argument("--sizes", type=parse_sizes, default=parse_sizes("8B:8GiB"),
                    help="MIN:MAX (x2 steps), MIN:MAX:xF, MIN:MAX:N (log-spaced) or a list; default 8B:8GiB")
     p.add_argument("--dtype", default="float32")
@@ -162,13 +165,43 @@ def algo_params(items: list[str], names: list[str]) -> dict[str, dict]:
     return out
 
 
+def msccl_results(paths: list[str], topology, sizes: list[int], args, bar) -> dict[str, list]:
+    """Per MSCCL-IR file: a SimulationResult per size, or the reason the executor would not run it there."""
+    from ..msccl import parse, read
+    from ..simulate import simulate
+    from ..simulator.engine import count_for
+    from ..simulator.model import itemsize
+
+    out: dict[str, list] = {}
+    for path in paths:
+        algo = parse(path)
+        if algo.coll != args.collective:
+            raise ValueError(f"{path} is an {algo.coll}, not an {args.collective}")
+        if algo.ngpus != topology.world_size:
+            raise ValueError(f"{path} is for {algo.ngpus} GPUs but {topology.name} has {topology.world_size}; size "
+                             "the preset with --nodes, --racks or --ranks")
+        rows: list = []
+        for n in sizes:
+            try:
+                schedule = read(path, count=count_for(args.collective, n, topology.world_size, itemsize(args.dtype)))
+                rows.append(simulate(schedule, topology, n, dtype=args.dtype, mode=args.mode, op=args.op))
+            except ValueError as exc:
+                rows.append(str(exc).split(";")[0])
+            bar.step()
+        out[f"msccl:{path.rsplit('/', 1)[-1]}"] = rows
+    return out
+
+
 def run(args) -> int:
     from .. import algorithms
+    from ..msccl import parse
     from ..simulate import sweep
     from ..simulator.engine import check_call
     from ..simulator.model import itemsize
     from ..simulator.result import bus_factor
 
+    if args.collective is None:
+        args.collective = parse(args.msccl[0]).coll if args.msccl else "allreduce"
     args.dtype = DTYPE_ALIASES.get(args.dtype, args.dtype)
     check_call(args.sizes[0] if args.sizes else 0, args.dtype, args.op, args.collective)
     topology = load_topology(args)
@@ -176,7 +209,7 @@ def run(args) -> int:
     names = [n.strip() for n in names if n.strip()]
     params = algo_params(args.param, names)
     sizes = args.sizes
-    bar = Progress(len(names) * len(sizes), "simulating", args.progress or sys.stderr.isatty())
+    bar = Progress((len(names) + len(args.msccl)) * len(sizes), "simulating", args.progress or sys.stderr.isatty())
     results: dict[str, list] = {}
     failed: dict[str, str] = {}
     for name in names:
@@ -189,11 +222,14 @@ def run(args) -> int:
         except (ValueError, TypeError, NotImplementedError, AttributeError) as exc:
             failed[name] = str(exc).splitlines()[0]
             bar.step(len(sizes))
+    results.update(msccl_results(args.msccl, topology, sizes, args, bar))
     if not results:
         for n, why in failed.items():
             print(f"collectives simulate: {n}: {why}", file=sys.stderr)
         return 2
-    best = {i: min(results, key=lambda n: results[n][i].time) for i in range(len(sizes))}
+    ran = lambda r: not isinstance(r, str)  # noqa: E731  (a string: why an MSCCL file does not run at that size)
+    best = {i: min((n for n in results if ran(results[n][i])), key=lambda n: results[n][i].time, default=None)
+            for i in range(len(sizes))}
     root = 0 if args.collective in ("broadcast", "reduce") else -1
     tname = TYPE_NAMES.get(args.dtype, args.dtype)
     print(f"# collectives simulate: {args.collective} on {topology.name} ({topology.world_size:,} ranks), "
@@ -203,17 +239,22 @@ def run(args) -> int:
     for name, res in results.items():
         print(f"#\n# algorithm: {name}" + ("  (the tuner's choice per size: see the last column)"
                                              if name == "auto" else ""))
-        notes = sorted({n for r in res for n in r.notes})
+        notes = sorted({n for r in res if ran(r) for n in r.notes})
         for n in notes:
             print(f"# note: {n}")
         print(f"# {'size':>10} {'count':>12} {'type':>8} {'redop':>6} {'root':>6} {'time(us)':>12} "
               f"{'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'proto':>6} {'ch':>4}  winner  bottleneck")
         for i, r in enumerate(res):
+            if not ran(r):
+                print(f"  {sizes[i]:>10d} {'-':>12} {tname:>8} {args.op:>6} {root:>6} {'-':>12} {'-':>12} {'-':>12}"
+                      f" {'-':>6} {'-':>4}  {'':^6}  not run: {r}")
+                continue
             mark = "*" if best[i] == name else ""
             print(f"  {r.nbytes:>10d} {r.count:>12d} {tname:>8} {args.op:>6} {root:>6} {r.time * 1e6:>12.2f} "
                   f"{r.algbw / 1e9:>12.2f} {r.busbw / 1e9:>12.2f} {r.protocol or '-':>6} {r.channels or '-':>4}  "
                   f"{mark:^6}  " + (f"[{r.algorithm}] " if name == "auto" else "") + r.bottleneck)
-        avg = sum(r.busbw for r in res) / len(res)
+        done = [r for r in res if ran(r)]
+        avg = sum(r.busbw for r in done) / max(len(done), 1)
         print(f"# Avg bus bandwidth    : {avg / 1e9:.4f}")
     for n, why in failed.items():
         print(f"# skipped {n}: {why}")
@@ -221,7 +262,7 @@ def run(args) -> int:
                  time_us=r.time * 1e6, algbw_GBps=r.algbw / 1e9, busbw_GBps=r.busbw / 1e9,
                  protocol=r.protocol or "", channels=r.channels or "", winner=best[i] == name,
                  bottleneck=r.bottleneck, mode=r.mode)
-            for name, res in results.items() for i, r in enumerate(res)]
+            for name, res in results.items() for i, r in enumerate(res) if ran(r)]
     if args.csv:
         with open(args.csv, "w", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=list(rows[0]))
@@ -231,7 +272,7 @@ def run(args) -> int:
         with open(args.json, "w") as fh:
             json.dump({"topology": topology.name, "world_size": topology.world_size, "collective": args.collective,
                        "dtype": args.dtype, "itemsize": itemsize(args.dtype), "results": [
-                           r.to_dict() for res in results.values() for r in res]}, fh, indent=1)
+                           r.to_dict() for res in results.values() for r in res if ran(r)]}, fh, indent=1)
     if args.trace:
         write_trace(args, topology, names, results)
     if args.plot:
@@ -265,6 +306,7 @@ def plot(results: dict, path: str, title: str) -> int:
         return 3
     fig, ax = plt.subplots(figsize=(8, 5))
     for name, res in results.items():
+        res = [r for r in res if not isinstance(r, str)]
         ax.plot([r.nbytes for r in res], [r.busbw / 1e9 for r in res], marker="o", ms=3, label=name)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("size (bytes)")

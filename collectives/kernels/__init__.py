@@ -4,7 +4,8 @@ This is where a received chunk gets reduced. Arrays are flat element sequences (
 ``inputs[0]`` itself (or any one input), and any number of inputs (>= 1) is folded in one call.
 
 Semantics (every backend gives the same bits; NaN results may differ in payload between backends)
-  - ops ``sum``, ``prod``, ``min``, ``max``; float folds run strictly left to right in input order,
+  - ops ``sum``, ``prod``, ``min``, ``max``, and for integer dtypes the bitwise ``band``, ``bor``, ``bxor``
+    (on the unsigned type of the same width: the same bits for signed dtypes); float folds run strictly left to right in input order,
     bitwise equal to numpy's chained ``((a + b) + c) + ...`` and to ``functools.reduce(np.maximum, inputs)``
     (NaN propagates; on +0.0/-0.0 ties the later input wins, as in numpy).
   - integers wrap (two's complement), as numpy does.
@@ -60,6 +61,8 @@ import numpy as np
 
 from . import _numpy
 from ._dtypes import (
+    ARITHMETIC_OPS,
+    BITWISE_OPS,
     FLOAT16,
     FLOAT32,
     HALF_CODES,
@@ -68,11 +71,12 @@ from ._dtypes import (
     SUPPORTED_DTYPES,
     SUPPORTED_OPS,
     dtype_name,
+    ops_for,
 )
 from ._parallel import get_threads, run_split, set_threads
 
-__all__ = ["SUPPORTED_DTYPES", "SUPPORTED_OPS", "backend_info", "c_kernel", "get_threads", "reduce_into",
-           "round_into", "set_threads"]
+__all__ = ["ARITHMETIC_OPS", "BITWISE_OPS", "SUPPORTED_DTYPES", "SUPPORTED_OPS", "backend_info", "c_kernel",
+           "get_threads", "ops_for", "reduce_into", "round_into", "set_threads"]
 
 BACKENDS = ("c", "numba", "numpy")
 # Backend per dtype when the C extension is loaded, chosen by measurement (see the module docstring).
@@ -196,6 +200,10 @@ def reduce_into(out: np.ndarray, inputs: Sequence[np.ndarray], op: str = "sum") 
     if not inputs:
         raise ValueError("reduce_into needs at least one input array, got an empty inputs list")
     out = _check_out(out, "out")
+    if op in BITWISE_OPS and out.dtype.kind not in "iu":
+        raise TypeError(f"op {op!r} is bitwise: it needs an integer dtype, got {dtype_name(out.dtype)}; bitwise "
+                        f"ops take int8..int64 and uint8..uint64 (for {dtype_name(out.dtype)}: "
+                        f"{', '.join(ARITHMETIC_OPS)})")
     half = out.dtype if out.dtype in HALF_CODES else None
     mixed = False
     flat: list[np.ndarray] = []

@@ -27,8 +27,16 @@ HALF_CODES: dict[np.dtype, int] = {FLOAT16: 0, BFLOAT16: 1}
 
 SUPPORTED_DTYPES: tuple[np.dtype, ...] = (FLOAT16, BFLOAT16, *NATIVE_CODES)
 # enum coll_op
-OP_CODES: dict[str, int] = {"sum": 0, "prod": 1, "min": 2, "max": 3}
+OP_CODES: dict[str, int] = {"sum": 0, "prod": 1, "min": 2, "max": 3, "band": 4, "bor": 5, "bxor": 6}
 SUPPORTED_OPS: tuple[str, ...] = tuple(OP_CODES)
+# bitwise and, or, xor: integer dtypes only (the bits of a float have no meaningful bitwise reduction)
+BITWISE_OPS: tuple[str, ...] = ("band", "bor", "bxor")
+ARITHMETIC_OPS: tuple[str, ...] = tuple(op for op in SUPPORTED_OPS if op not in BITWISE_OPS)
+
+
+def ops_for(dtype: np.dtype) -> tuple[str, ...]:
+    """The kernel ops defined for `dtype`: every op for integers, the arithmetic ones for floats."""
+    return SUPPORTED_OPS if np.dtype(dtype).kind in "iu" else ARITHMETIC_OPS
 
 
 def dtype_name(dtype: np.dtype) -> str:

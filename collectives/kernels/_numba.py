@@ -15,7 +15,8 @@ from numba.typed import List
 from ._dtypes import BFLOAT16, OP_CODES
 
 BLOCK = 1024
-_SUM, _PROD, _MIN, _MAX = (OP_CODES[k] for k in ("sum", "prod", "min", "max"))
+_SUM, _PROD, _MIN, _MAX, _BAND, _BOR = (OP_CODES[k] for k in ("sum", "prod", "min", "max", "band", "bor"))
+BITWISE = frozenset(("band", "bor", "bxor"))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -49,6 +50,32 @@ def _reduce_native(out, inputs, op):
             acc[i] = first[s + i]
         for k in range(1, len(inputs)):
             _fold(op, acc, inputs[k], s, m)
+        for i in range(m):
+            out[s + i] = acc[i]
+
+
+@numba.njit(cache=True, nogil=True)
+def _reduce_bits(out, inputs, op):
+    """Bitwise and/or/xor of unsigned integer arrays (compiled apart: numba types every branch, and floats
+    have no bitwise operators)."""
+    count = out.size
+    acc = np.empty(min(BLOCK, count), out.dtype)
+    for s in range(0, count, BLOCK):
+        m = min(BLOCK, count - s)
+        first = inputs[0]
+        for i in range(m):
+            acc[i] = first[s + i]
+        for k in range(1, len(inputs)):
+            src = inputs[k]
+            if op == _BAND:
+                for i in range(m):
+                    acc[i] = acc[i] & src[s + i]
+            elif op == _BOR:
+                for i in range(m):
+                    acc[i] = acc[i] | src[s + i]
+            else:
+                for i in range(m):
+                    acc[i] = acc[i] ^ src[s + i]
         for i in range(m):
             out[s + i] = acc[i]
 
@@ -151,6 +178,9 @@ def reduce_native(out: np.ndarray, inputs: list[np.ndarray], op: str) -> None:
     """Same-dtype reduction; signed integer sums/products run on unsigned views (wraparound)."""
     if len(inputs) == 1:
         np.copyto(out, inputs[0])
+        return
+    if op in BITWISE:  # integer dtypes only (reduce_into checked): the same bits on the unsigned type
+        _reduce_bits(_unsigned(out).reshape(-1), _typed([_unsigned(a).reshape(-1) for a in inputs]), OP_CODES[op])
         return
     if out.dtype.kind == "i" and op in ("sum", "prod"):
         out, inputs = _unsigned(out), [_unsigned(a) for a in inputs]

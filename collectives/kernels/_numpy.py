@@ -11,7 +11,8 @@ import numpy as np
 from ._dtypes import FLOAT32
 
 BLOCK = 1 << 16
-UFUNCS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}
+UFUNCS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum, "band": np.bitwise_and,
+          "bor": np.bitwise_or, "bxor": np.bitwise_xor}
 
 
 @np.errstate(all="ignore")  # like the C kernels: inf/NaN results are data, not warnings

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from .ops import OpKind
 from .schedule import Schedule
+
+_COLUMNS = ("node", "index", "round", "kind", "peer", "start", "stop", "remote")
 
 
 @dataclass
@@ -20,12 +24,14 @@ class OpTable:
     peer: np.ndarray
     start: np.ndarray
     stop: np.ndarray
+    remote: np.ndarray  # the peer's first element of the message
+    origin: Callable[[int, int], str | None] | None = field(default=None, repr=False)  # Schedule.origin
 
     def __len__(self) -> int:
         return int(self.node.shape[0])
 
     def take(self, rows: np.ndarray) -> OpTable:
-        return OpTable(*(getattr(self, f)[rows] for f in ("node", "index", "round", "kind", "peer", "start", "stop")))
+        return OpTable(*(getattr(self, f)[rows] for f in _COLUMNS), origin=self.origin)
 
 
 def expand(schedule: Schedule) -> OpTable:
@@ -36,4 +42,44 @@ def expand(schedule: Schedule) -> OpTable:
     cat = lambda f, dt: (np.concatenate([getattr(p, f) for p in progs]).astype(dt) if progs  # noqa: E731
                          else np.zeros(0, dt))
     return OpTable(node, index, cat("round", np.int64), cat("kind", np.int8), cat("peer", np.int64),
-                   cat("start", np.int64), cat("stop", np.int64))
+                   cat("start", np.int64), cat("stop", np.int64), cat("remote", np.int64),
+                   origin=schedule.origin if schedule.op_origin is not None else None)
+
+
+def pair_sequence(src: np.ndarray, dst: np.ndarray, rnd: np.ndarray | None, order: np.ndarray) -> np.ndarray:
+    """Position of each message among those with the same (src, dst[, round]), in program order."""
+    keys = (order, dst, src) if rnd is None else (order, rnd, dst, src)
+    idx = np.lexsort(keys)
+    same = np.ones(idx.size, dtype=bool)
+    if idx.size:
+        same[0] = False
+        same[1:] = (src[idx][1:] == src[idx][:-1]) & (dst[idx][1:] == dst[idx][:-1])
+        if rnd is not None:
+            same[1:] &= rnd[idx][1:] == rnd[idx][:-1]
+    group_start = np.maximum.accumulate(np.where(~same, np.arange(idx.size), 0))
+    seq = np.empty(idx.size, dtype=np.int64)
+    seq[idx] = np.arange(idx.size) - group_start
+    return seq
+
+
+def pair_messages(t: OpTable, same_round: bool = True) -> tuple[np.ndarray, np.ndarray] | None:
+    """Rows of sends and of their receives, aligned: the k-th send from a to b (in a round, with same_round)
+    meets the k-th receive at b from a, as MPI matches messages. None if some message has no partner."""
+    is_send = t.kind == OpKind.SEND
+    srows, rrows = np.flatnonzero(is_send), np.flatnonzero(~is_send)
+    s_src, s_dst = t.node[srows], t.peer[srows]
+    r_src, r_dst = t.peer[rrows], t.node[rrows]
+    s_rnd = t.round[srows] if same_round else None
+    r_rnd = t.round[rrows] if same_round else None
+    s_seq = pair_sequence(s_src, s_dst, s_rnd, srows)  # global row order is node-major program order
+    r_seq = pair_sequence(r_src, r_dst, r_rnd, rrows)
+    zero_s, zero_r = np.zeros_like(s_src), np.zeros_like(r_src)
+    skey = np.lexsort((s_seq, s_rnd if same_round else zero_s, s_dst, s_src))
+    rkey = np.lexsort((r_seq, r_rnd if same_round else zero_r, r_dst, r_src))
+    if srows.size != rrows.size:
+        return None
+    a = np.stack([s_src[skey], s_dst[skey], s_seq[skey]] + ([s_rnd[skey]] if same_round else []))
+    b = np.stack([r_src[rkey], r_dst[rkey], r_seq[rkey]] + ([r_rnd[rkey]] if same_round else []))
+    if not np.array_equal(a, b):
+        return None
+    return srows[skey], rrows[rkey]

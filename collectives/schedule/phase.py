@@ -12,8 +12,11 @@ arrays alike (broadcasting m against it):
   simulator costs 331,776 ranks without expanding every program).
 
 Each `Slot` is one lane: a kind (send, receive-store, receive-reduce), a peer member index (-1 where the slot
-is idle for that member and iteration) and a range of chunks [chunk, chunk + nchunks) of the phase's
-`ChunkTable`. Both ends of every message must describe it: the verifier proves they agree.
+is idle for that member and iteration), a range of chunks [chunk, chunk + nchunks) of the phase's chunk table
+and, when the message lands at (or comes from) a different place at the peer, `remote`: the peer's first chunk
+(default: the same chunk; the peer's element range comes from the table's row for the peer). A member may name
+itself as the peer: a send to itself and a receive from itself in one round are a local copy or reduction.
+Both ends of every message must describe it: the verifier proves they agree.
 """
 
 from __future__ import annotations
@@ -33,18 +36,22 @@ class Slot:
     peer: object  # int or integer array: member index of the peer, -1 = idle
     chunk: object  # int or integer array: first chunk
     nchunks: object = 1  # int or integer array: number of consecutive chunks
+    remote: object = None  # int or integer array: the peer's first chunk; None = the same as `chunk`
 
 
-def send(peer, chunk, nchunks=1) -> Slot:
-    return Slot(OpKind.SEND, peer, chunk, nchunks)
+def send(peer, chunk, nchunks=1, remote=None) -> Slot:
+    """Send chunks [chunk, chunk + nchunks) to member `peer` (landing at its chunk `remote`, default `chunk`)."""
+    return Slot(OpKind.SEND, peer, chunk, nchunks, remote)
 
 
-def recv(peer, chunk, nchunks=1) -> Slot:
-    return Slot(OpKind.RECV, peer, chunk, nchunks)
+def recv(peer, chunk, nchunks=1, remote=None) -> Slot:
+    """Receive into chunks [chunk, chunk + nchunks) from member `peer` (read at its chunk `remote`)."""
+    return Slot(OpKind.RECV, peer, chunk, nchunks, remote)
 
 
-def recv_reduce(peer, chunk, nchunks=1) -> Slot:
-    return Slot(OpKind.RECV_REDUCE, peer, chunk, nchunks)
+def recv_reduce(peer, chunk, nchunks=1, remote=None) -> Slot:
+    """Receive from member `peer` (read at its chunk `remote`) and reduce into chunks [chunk, chunk + nchunks)."""
+    return Slot(OpKind.RECV_REDUCE, peer, chunk, nchunks, remote)
 
 
 SlotFunction = Callable[[object, object], Sequence[Slot]]
@@ -126,3 +133,10 @@ def evaluate_slot(slot: Slot, shape: tuple[int, ...]) -> tuple[np.ndarray, np.nd
     chunk = np.broadcast_to(np.asarray(slot.chunk, dtype=np.int64), shape)
     nchunks = np.broadcast_to(np.asarray(slot.nchunks, dtype=np.int64), shape)
     return peer, chunk, nchunks
+
+
+def evaluate_remote(slot: Slot, shape: tuple[int, ...]) -> np.ndarray | None:
+    """A slot's remote chunk broadcast to `shape` (int64), or None when it is the slot's own chunk."""
+    if slot.remote is None:
+        return None
+    return np.broadcast_to(np.asarray(slot.remote, dtype=np.int64), shape)

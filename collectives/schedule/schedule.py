@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -9,8 +10,10 @@ import numpy as np
 
 from ..errors import ScheduleError
 from . import collective as contract
+from .chunks import ChunkTable
 from .ops import OpKind, Program
-from .phase import Phase, evaluate_slot
+from .phase import Phase, evaluate_remote, evaluate_slot
+from .regions import Regions
 
 
 @dataclass
@@ -19,6 +22,9 @@ class Schedule:
 
     `program(node)` expands one node's operations on demand; nothing here holds every node's program.
     `notes` records decisions a user should see (for example why in-network reduction fell back).
+    `regions` declares a work-buffer layout beyond the contract's (see regions.py), `counts` is an alltoallv's
+    p x p matrix, and `op_origin(node, index)` names where op `index` of a node's program came from (an imported
+    MSCCL file's GPU, threadblock and step), for error messages.
     """
 
     algorithm: str
@@ -32,32 +38,83 @@ class Schedule:
     node_labels: dict[int, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     topology: Any = None
+    regions: Regions | None = None
+    counts: np.ndarray | None = None
+    op_origin: Callable[[int, int], str | None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        contract.check_shape(self.collective, self.world_size, self.count, self.root)
+        contract.check_shape(self.collective, self.world_size, self.count, self.root, self.counts)
+        if self.counts is not None:
+            self.counts = contract.check_counts(self.counts, self.world_size)
         if self.num_nodes < 0:
             self.num_nodes = self.world_size
         if self.num_nodes < self.world_size:
             raise ValueError("num_nodes counts ranks and switch nodes, so it cannot be below world_size")
+        if self.regions is not None:
+            self._check_regions()
+
+    def _check_regions(self) -> None:
+        r = self.regions
+        if not isinstance(r, Regions):
+            raise TypeError(f"regions must be a collectives.schedule.Regions, got {type(r).__name__}")
+        # count is every rank's input size (alltoallv: the largest); output_count the largest output
+        for name, start, size in (("input", r.input, self.count), ("output", r.output, self.output_count)):
+            if start is not None and start + size > r.size:
+                raise ValueError(f"{self.algorithm}: the {name} region [{start}, {start + size}) does not fit the "
+                                 f"declared work buffer of {r.size} elements")
+        default = contract.work_size(self.collective, self.world_size, self.count, self.counts)
+        if (r.input is None or r.output is None) and r.size < default:
+            raise ValueError(f"{self.algorithm}: a work buffer of {r.size} elements cannot hold the contract's "
+                             f"{default}-element layout its input/output placement keeps")
 
     # -- the collective's contract -------------------------------------------------------------------
     @property
     def work_size(self) -> int:
-        return contract.work_size(self.collective, self.world_size, self.count)
+        """Elements of every node's work buffer."""
+        if self.regions is not None:
+            return self.regions.size
+        return contract.work_size(self.collective, self.world_size, self.count, self.counts)
 
     @property
     def output_count(self) -> int:
-        return contract.output_count(self.collective, self.world_size, self.count)
+        """Elements of each rank's output (alltoallv: the largest; see `output_count_of`)."""
+        return contract.output_count(self.collective, self.world_size, self.count, None, self.counts)
+
+    def input_count(self, rank: int) -> int:
+        """Elements of rank's input array."""
+        return contract.input_count(self.collective, self.world_size, self.count, rank, self.counts)
+
+    def output_count_of(self, rank: int) -> int:
+        """Elements of rank's output array."""
+        return contract.output_count(self.collective, self.world_size, self.count, rank, self.counts)
 
     def input_range(self, rank: int) -> tuple[int, int] | None:
+        """Where rank's input is placed in its work buffer before the first round (None: not read)."""
         if rank >= self.world_size:
             return None
-        return contract.input_range(self.collective, self.world_size, self.count, rank, self.root)
+        rng = contract.input_range(self.collective, self.world_size, self.count, rank, self.root, self.counts)
+        if rng is None or self.regions is None or self.regions.input is None:
+            return rng
+        return self.regions.input, self.regions.input + rng[1] - rng[0]
 
     def output_range(self, rank: int) -> tuple[int, int] | None:
+        """Where rank's output is read from its work buffer after the last round (None: it has none)."""
         if rank >= self.world_size:
             return None
-        return contract.output_range(self.collective, self.world_size, self.count, rank, self.root)
+        rng = contract.output_range(self.collective, self.world_size, self.count, rank, self.root, self.counts)
+        if rng is None or self.regions is None or self.regions.output is None:
+            return rng
+        return self.regions.output, self.regions.output + rng[1] - rng[0]
+
+    def output_blocks(self, rank: int) -> list[contract.OutputBlock]:
+        """What rank's output must hold (offsets relative to its output range)."""
+        if rank >= self.world_size:
+            return []
+        return contract.output_blocks(self.collective, self.world_size, self.count, rank, self.root, self.counts)
+
+    def origin(self, node: int, index: int) -> str | None:
+        """Where op `index` of node's program came from, if the schedule knows (an imported file's step)."""
+        return None if self.op_origin is None else self.op_origin(node, index)
 
     @property
     def num_rounds(self) -> int:
@@ -102,32 +159,55 @@ class Schedule:
                     if its.size == 0:
                         base += rnd.repeats
                         continue
+                lanes = []  # (order, kind, iterations, peer members, first chunk, chunks, remote chunk or None)
                 for order, slot in enumerate(rnd.slots(m, its)):
                     peer, chunk, nchunks = evaluate_slot(slot, its.shape)
                     active = peer >= 0
                     if not active.any():
                         continue
-                    peer_m, lo = peer[active], chunk[active]
+                    peer_m = peer[active]
                     if int(peer_m.max()) >= members.size:
                         it = int(its[active][np.argmax(peer_m)])
                         raise ScheduleError(
                             f"node {node}: phase {phase.name!r}, round {base + it}, slot {order} names peer member "
                             f"{int(peer_m.max())} but its group has members 0..{members.size - 1}",
                             node=node, round=base + it)
-                    start, stop = phase.chunks.elements(g, lo, lo + nchunks[active])
-                    n = peer_m.size
-                    cols.append((base + its[active], np.full(n, order, np.int64), np.full(n, int(slot.kind), np.int8),
-                                 members[peer_m], np.asarray(start, np.int64), np.asarray(stop, np.int64)))
+                    rchunk = evaluate_remote(slot, its.shape)
+                    if rchunk is None and not isinstance(phase.chunks, ChunkTable):
+                        rchunk = chunk  # the same chunk id, in the peer's row of a per-member table
+                    lanes.append((order, int(slot.kind), its[active], peer_m, chunk[active], nchunks[active],
+                                  None if rchunk is None else rchunk[active]))
+                if lanes:
+                    cols.append(self._lane_columns(phase, g, m, members, base, lanes))
                 base += rnd.repeats
         if not cols:
             return Program.empty(node)
-        rnd_, order_, kind, peer, start, stop = (np.concatenate(c) for c in zip(*cols, strict=True))
+        rnd_, order_, kind, peer, start, stop, remote = (np.concatenate(c) for c in zip(*cols, strict=True))
         idx = np.lexsort((order_, rnd_))
-        return Program(node, rnd_[idx], kind[idx], peer[idx], start[idx], stop[idx])
+        return Program(node, rnd_[idx], kind[idx], peer[idx], start[idx], stop[idx], remote[idx])
+
+    @staticmethod
+    def _lane_columns(phase: Phase, g: int, m: int, members: np.ndarray, base: int, lanes: list) -> tuple:
+        """Program columns of one round pattern's active lanes, with one chunk-table lookup for all of them."""
+        sizes = [len(x[2]) for x in lanes]
+        cat = lambda i: np.concatenate([x[i] for x in lanes])  # noqa: E731
+        its, peer_m, lo, n = cat(2), cat(3), cat(4), cat(5)
+        start, stop = (np.asarray(v, np.int64) for v in phase.chunks.elements(g, lo, lo + n, member=m))
+        remote = start.copy()
+        moved = [x[6] is not None for x in lanes]
+        if any(moved):
+            sel = np.repeat(np.array(moved), sizes)
+            rlo = np.concatenate([x[6] for x in lanes if x[6] is not None])
+            remote[sel] = np.asarray(phase.chunks.elements(g, rlo, rlo + n[sel], member=peer_m[sel])[0], np.int64)
+        order = np.repeat(np.array([x[0] for x in lanes], np.int64), sizes)
+        kind = np.repeat(np.array([x[1] for x in lanes], np.int8), sizes)
+        return base + its, order, kind, members[peer_m], start, stop, remote
 
     def describe(self) -> str:
         lines = [f"{self.algorithm} {self.collective}: world_size={self.world_size} count={self.count} "
                  f"nodes={self.num_nodes} rounds={self.num_rounds}"]
+        if self.regions is not None:
+            lines.append(f"  regions: {self.regions.describe()}")
         for phase, base in self.phase_rounds():
             lines.append(f"  phase {phase.name!r}: rounds {base}..{base + phase.num_rounds - 1}, "
                          f"{phase.groups.shape[0]} group(s) of {phase.group_size}")

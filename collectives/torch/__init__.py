@@ -22,18 +22,13 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("collectives.torch needs PyTorch: pip install 'collectives[torch]' (torch>=2.4; CI uses the "
                       "CPU build of torch 2.13.0)") from exc
 
-from .process_group import (
-    BACKEND_NAME,
-    SUPPORTED_DTYPES,
-    CollectivesProcessGroup,
-    CompletedWork,
-    Options,
-    as_numpy,
-    create_process_group,
-)
+from .creation import Options, create_process_group
+from .process_group import BACKEND_NAME, CollectivesProcessGroup
+from .tensors import SUPPORTED_DTYPES, as_numpy
+from .work import CollectivesWork, CompletedWork
 
-__all__ = ["BACKEND_NAME", "SUPPORTED_DTYPES", "CollectivesProcessGroup", "CompletedWork", "Options", "as_numpy",
-           "create_process_group", "init_process_group", "is_registered", "register"]
+__all__ = ["BACKEND_NAME", "SUPPORTED_DTYPES", "CollectivesProcessGroup", "CollectivesWork", "CompletedWork", "Options",
+           "as_numpy", "create_process_group", "init_process_group", "is_registered", "monitored_barrier", "register"]
 
 
 def is_registered() -> bool:
@@ -49,6 +44,17 @@ def register() -> None:
 
 
 register()
+
+
+def monitored_barrier(group=None, timeout=None, wait_all_ranks: bool = False) -> None:
+    """`torch.distributed.monitored_barrier` for groups of this backend (torch's own refuses every backend but gloo
+    by name): rank 0 raises naming the ranks that did not arrive within `timeout` (default: the group's)."""
+    from torch.distributed.distributed_c10d import _get_default_group
+
+    pg = _get_default_group() if group is None else group
+    if not isinstance(pg, CollectivesProcessGroup):
+        return dist.monitored_barrier(group, timeout=timeout, wait_all_ranks=wait_all_ranks)
+    return pg.monitored_barrier(timeout, wait_all_ranks)
 
 
 def _master_host(comm) -> str:

@@ -1,135 +1,36 @@
-"""A torch.distributed ProcessGroup (Python subclass) that runs the library's collectives on CPU tensors.
+"""A torch.distributed ProcessGroup (Python subclass) that runs the library's calls on CPU tensors.
 
-Each call converts the tensors to zero-copy numpy views (bfloat16 through an int16 view reinterpreted as
-ml_dtypes.bfloat16: 16-bit types go through the library's own kernels, never through float32 copies unless
-COLLECTIVES_ACCUMULATE=float32 asks for it), runs the collective on a `collectives.Communicator` and returns a
-completed Work whose future holds the list of output tensors (what DDP expects).
+Every method validates its tensors (before any communication), turns them into zero-copy numpy views
+(tensors.py) and issues the library call(s) on the group's `collectives.Communicator`:
 
-Calls complete before they return, also with async_op=True: the library makes progress only when the caller
-enters the communicator (it has no progress thread), and torch's futures (DDP waits on them from C++) cannot
-drive it. A failure of the library (timeout, dead peer, ranks issuing different calls) is stored in the Work:
-`work.wait()` raises it (for async_op=False torch calls wait() itself, so the call raises it).
+* a blocking call (torch passes `asyncOp=False`) runs the library's blocking call on the caller's thread and
+  returns a completed Work: no queue, no thread hand-off (the per-call cost stays close to the library's own);
+* an asynchronous one issues the library's call with `async_op=True` and returns a `CollectivesWork` (work.py)
+  over the library's handle: `wait(timeout)`, `is_completed()`, `get_future()` (completed by the driver thread
+  if nobody waits), errors raised by `wait()` and set on the future.
+
+Method names and argument orders are those torch 2.13's `distributed_c10d` calls on a group (and that its C++
+`PyProcessGroup` trampoline forwards: DDP's reducer, functional collectives).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from datetime import timedelta
-
-import ml_dtypes
 import numpy as np
 import torch
 import torch.distributed as dist
 
-BACKEND_NAME = "collectives"
+from ..errors import CollectivesError
+from . import tensors as T
+from .work import LOCK, PENDING, CollectivesWork, CompletedWork, GroupWork, seconds
 
-_DTYPES = {
-    torch.float16: np.float16, torch.bfloat16: ml_dtypes.bfloat16, torch.float32: np.float32,
-    torch.float64: np.float64, torch.int8: np.int8, torch.int16: np.int16, torch.int32: np.int32,
-    torch.int64: np.int64, torch.uint8: np.uint8, torch.uint16: np.uint16, torch.uint32: np.uint32,
-    torch.uint64: np.uint64,
-}
-SUPPORTED_DTYPES = tuple(_DTYPES)
-
-_OPS = {
-    dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg", dist.ReduceOp.PRODUCT: "prod",
-    dist.ReduceOp.MIN: "min", dist.ReduceOp.MAX: "max",
-}
-
-
-def _op_name(opts) -> str:
-    op = getattr(opts, "reduceOp", dist.ReduceOp.SUM) if opts is not None else dist.ReduceOp.SUM
-    kind = getattr(op, "op", op)  # a ReduceOp instance carries its RedOpType in .op
-    for red, name in _OPS.items():
-        if kind == red:
-            return name
-    raise ValueError(f"backend 'collectives' does not support reduce op {kind}; supported: SUM, AVG, PRODUCT, "
-                     "MIN, MAX")
-
-
-def _root(opts) -> int:
-    return int(getattr(opts, "rootRank", 0)) if opts is not None else 0
-
-
-def _check(t: torch.Tensor, what: str) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{what} must be a torch.Tensor, got {type(t).__name__}")
-    if t.device.type != "cpu":
-        raise ValueError(f"backend 'collectives' works on CPU tensors; {what} is on {t.device}")
-    if t.dtype not in _DTYPES:
-        names = ", ".join(str(d).replace("torch.", "") for d in _DTYPES)
-        raise TypeError(f"backend 'collectives' does not support dtype {t.dtype} ({what}); supported: {names}")
-    if t.is_sparse or t.is_complex():
-        raise TypeError(f"backend 'collectives' needs dense real tensors ({what})")
-
-
-def as_numpy(t: torch.Tensor) -> np.ndarray:
-    """Zero-copy numpy view of a contiguous CPU tensor (bfloat16 as ml_dtypes.bfloat16)."""
-    t = t.detach()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return t.numpy()
-
-
-class _Staged:
-    """A tensor's contiguous stand-in: the tensor itself when contiguous, else a copy written back by `done`."""
-
-    def __init__(self, t: torch.Tensor, what: str, *, copy_in: bool = True) -> None:
-        _check(t, what)
-        self.tensor = t
-        if t.is_contiguous():
-            self.work = t
-        else:
-            self.work = t.contiguous() if copy_in else torch.empty(t.shape, dtype=t.dtype)
-        self.array = as_numpy(self.work)
-
-    def done(self) -> None:
-        if self.work is not self.tensor:
-            with torch.no_grad():
-                self.tensor.copy_(self.work)
-
-
-class CompletedWork(dist._Work):
-    """A finished call: `get_future()` holds the output tensors, `wait()` raises the call's error, if any."""
-
-    def __init__(self, result, error: BaseException | None = None) -> None:
-        super().__init__()
-        self._result = result
-        self._error = error
-        self._future = torch.futures.Future()
-        if error is None:
-            self._future.set_result(result)
-        else:
-            self._future.set_exception(error)
-
-    def wait(self, timeout: timedelta | None = None) -> bool:  # noqa: ARG002 - already complete
-        if self._error is not None:
-            raise self._error
-        return True
-
-    def get_future(self) -> torch.futures.Future:
-        return self._future
-
-    def is_completed(self) -> bool:
-        return True
-
-    def is_success(self) -> bool:
-        return self._error is None
-
-    def exception(self) -> BaseException | None:
-        return self._error
-
-    def result(self):
-        return self._result
-
-    def synchronize(self) -> None:
-        pass
+BACKEND_NAME = T.BACKEND_NAME
+MONITORED_BARRIER_TAG = 32767  # the library's largest tag: monitored_barrier's messages, apart from users' tags
 
 
 class CollectivesProcessGroup(dist.ProcessGroup):
     """torch.distributed process group over a `collectives.Communicator` (ranks = the communicator's ranks)."""
 
-    def __init__(self, comm, rank: int, size: int) -> None:
+    def __init__(self, comm, rank: int, size: int, timeout: float | None = None) -> None:
         super().__init__(rank, size)
         if comm.rank != rank or comm.size != size:
             raise ValueError(
@@ -139,6 +40,12 @@ class CollectivesProcessGroup(dist.ProcessGroup):
         self.comm = comm
         self._rank = rank
         self._size = size
+        self.timeout = timeout  # seconds (torch's timeout of the group), None: the library's default
+        self._coalesced: list | None = None  # Works issued between _start_coalescing and _end_coalescing
+        self._group_name = ""
+        self._group_desc = ""
+        self._views = T.Views()
+        self._done = CompletedWork()  # what a blocking call returns (torch only calls wait() on it)
 
     # -- identity -------------------------------------------------------------------------------------
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
@@ -150,225 +57,605 @@ class CollectivesProcessGroup(dist.ProcessGroup):
     def getRank(self) -> int:  # noqa: N802
         return self._rank
 
+    # torch names every group (destroy_process_group and functional collectives find it by name); the C++
+    # base would keep the name on a C++ backend, which this Python group does not have
+    def setGroupName(self, name: str) -> None:  # noqa: N802
+        self._group_name = name
+
+    def getGroupName(self) -> str:  # noqa: N802
+        return self._group_name
+
+    def setGroupDesc(self, desc: str) -> None:  # noqa: N802
+        self._group_desc = desc
+
+    def getGroupDesc(self) -> str:  # noqa: N802
+        return self._group_desc
+
     def __repr__(self) -> str:
         return f"CollectivesProcessGroup(rank={self._rank}, size={self._size})"
 
-    # -- helpers --------------------------------------------------------------------------------------
-    def _run(self, result, body) -> CompletedWork:
-        """Run `body()` (the library calls); its failure goes into the Work, raised by wait()."""
-        try:
-            body()
-        except Exception as exc:  # noqa: BLE001 - handed to the caller through Work.wait()
-            return CompletedWork(result, exc)
-        return CompletedWork(result)
+    # -- issuing ----------------------------------------------------------------------------------------
+    def _comm(self):
+        if self.comm is None:
+            raise RuntimeError("backend 'collectives': this process group was destroyed (destroy_process_group); "
+                               "create a new one")
+        return self.comm
 
-    # -- collectives ----------------------------------------------------------------------------------
+    def _issue(self, what: str, calls: list, opts, finish=None, result=None) -> dist._Work:
+        """Run `calls` ((bound library method, args, kwargs) each): blocking when torch asked for a blocking call,
+        else asynchronously (see the module docstring). `finish` runs once they completed (copy-backs)."""
+        comm = self._comm()
+        if opts is not None and not opts.asyncOp and self._coalesced is None:
+            if not PENDING.elsewhere(id(comm)):
+                with LOCK:
+                    for fn, args, kwargs in calls:
+                        fn(*args, **kwargs)
+                if finish is not None:
+                    finish()
+                return self._done
+            # another group has calls in flight: issue asynchronously, and wait without holding the lock
+            self._issue_async(what, calls, finish, result).wait()
+            return self._done
+        return self._issue_async(what, calls, finish, result)
+
+    def _issue_async(self, what: str, calls: list, finish, result, source=None):
+        """The library's failures while issuing (a timeout in the collective setup of a new plan, a dead peer) go
+        into the Work, as torch expects of an asynchronous call; bad arguments raise here."""
+        with LOCK:
+            try:
+                handles = [fn(*args, async_op=True, **kwargs) for fn, args, kwargs in calls]
+            except CollectivesError as exc:
+                return CompletedWork(result, exc)
+            work = CollectivesWork(self, what, [h for h in handles if h is not None], finish, result, source)
+        if self._coalesced is not None:
+            self._coalesced.append(work)
+        return work
+
+    # -- reductions -----------------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
-        op = _op_name(opts)
-        staged = [_Staged(t, "allreduce tensor") for t in tensors]
+        op, factor = T.reduce_op(opts)
+        if len(tensors) == 1 and factor is None:  # the common call, with the fewest steps
+            t = tensors[0]
+            if type(t) is torch.Tensor and t.is_cpu and t.dtype in T.DTYPES and t.is_contiguous() \
+                    and t.layout == torch.strided:
+                comm = self.comm
+                a = self._views.get(t)
+                if opts is not None and not opts.asyncOp and self._coalesced is None and comm is not None \
+                        and not PENDING.count:  # blocking, nothing in flight anywhere: straight to the library
+                    with LOCK:
+                        comm.allreduce(a, out=a, op=op)
+                    return self._done
+                return self._issue("all_reduce", [(self._comm().allreduce, (a,), {"out": a, "op": op})], opts,
+                                   None, tensors)
+        if any(isinstance(t, torch.Tensor) and t.layout == torch.sparse_coo for t in tensors):
+            return self._sparse_allreduce(tensors, op)
+        staged = [T.Staged(t, "all_reduce tensor") for t in tensors]
+        if factor is not None:
+            op = self._premultiply(staged, factor)
+        calls = [(self._comm().allreduce, (s.array,), {"out": s.array, "op": op}) for s in staged]
+        return self._issue("all_reduce", calls, opts, lambda: [s.done() for s in staged], list(tensors))
 
-        def body():
-            for s in staged:
-                self.comm.allreduce(s.array, out=s.array, op=op)
-                s.done()
-        return self._run(list(tensors), body)
+    def _sparse_allreduce(self, tensors, op: str):
+        """all_reduce SUM of sparse COO tensors (as gloo): every rank's indices and values are all-gathered (padded
+        to the largest count of non-zeros), concatenated and coalesced (duplicates summed); each tensor is replaced
+        by the sum, in place. Runs to completion before it returns (also for async_op=True)."""
+        if op != "sum":
+            raise ValueError(f"backend 'collectives': sparse all_reduce supports SUM only, got {op.upper()}")
+        comm, p = self._comm(), self._size
+        for t in tensors:
+            if t.layout != torch.sparse_coo or t.device.type != "cpu" or t.dtype not in T.DTYPES:
+                raise TypeError("backend 'collectives': a sparse all_reduce takes sparse COO CPU tensors of a "
+                                f"supported dtype, got {t.layout} {t.dtype} on {t.device}")
+            local = t.coalesce()
+            indices, values = local.indices().contiguous(), local.values().contiguous()
+            counts = np.empty(p, np.int64)
+            with LOCK:
+                comm.allgather(np.array([indices.shape[1]], np.int64), out=counts)
+            width = int(counts.max())
+            rows = int(np.prod(values.shape[1:], dtype=np.int64))  # elements per non-zero (dense trailing dims)
+            idx = torch.zeros(indices.shape[0], width, dtype=torch.int64)
+            idx[:, :indices.shape[1]] = indices
+            val = torch.zeros(width * rows, dtype=values.dtype)
+            val[:values.numel()] = values.reshape(-1)
+            all_idx = torch.empty(p, *idx.shape, dtype=torch.int64)
+            all_val = torch.empty(p, width * rows, dtype=values.dtype)
+            with LOCK:
+                comm.allgather(T.as_numpy(idx.reshape(-1)), out=T.as_numpy(all_idx.reshape(-1)))
+                comm.allgather(T.as_bytes(val), out=T.as_bytes(all_val.reshape(-1)))
+            parts = [(all_idx[r][:, :counts[r]], all_val[r][:counts[r] * rows].view(int(counts[r]), *values.shape[1:]))
+                     for r in range(p)]
+            total = torch.sparse_coo_tensor(torch.cat([i for i, _ in parts], dim=1),
+                                            torch.cat([v for _, v in parts]), t.shape).coalesce()
+            with torch.no_grad():
+                t.copy_(total)
+        return CompletedWork(list(tensors))
+
+    @staticmethod
+    def _premultiply(staged: list, factor) -> str:
+        """PREMUL_SUM (torch's definition: every rank scales its input by the factor, then the inputs are summed):
+        scale the staged tensors in place (torch's own multiply: the product rounded once in the dtype); SUM."""
+        with torch.no_grad():
+            for s in staged:  # the tensor is the call's output: scaling it (or its staged copy) in place is fine
+                T.check_premul(factor, s.tensor, "all_reduce tensor")
+                s.work.mul_(factor)
+        return "sum"
 
     def allreduce_coalesced(self, tensors, opts=None):
-        return self.allreduce(tensors, opts)
+        """all_reduce_coalesced / the coalescing manager: the tensors of each dtype packed into one buffer, one
+        library call per dtype, results copied back."""
+        op, factor = T.reduce_op(opts)
+        if not tensors:
+            return CompletedWork([])
+        for t in tensors:
+            T.check(t, "all_reduce_coalesced tensor")
+            if factor is not None:
+                T.check_premul(factor, t, "all_reduce_coalesced tensor")
+        by_dtype: dict = {}
+        for t in tensors:
+            by_dtype.setdefault(t.dtype, []).append(t)
+        calls, packs = [], []
+        for ts in by_dtype.values():
+            packed = torch.cat([T.flat(t) for t in ts])
+            if factor is not None:
+                packed.mul_(factor)
+            a = T.as_numpy(packed)
+            calls.append((self._comm().allreduce, (a,), {"out": a, "op": "sum" if factor is not None else op}))
+            packs.append((packed, ts))
 
-    def broadcast(self, tensors, opts=None):
-        root = _root(opts)
-        staged = [_Staged(t, "broadcast tensor") for t in tensors]
-
-        def body():
-            for s in staged:
-                self.comm.broadcast(s.array, root=root)
-                s.done()
-        return self._run(list(tensors), body)
+        def finish():
+            for packed, ts in packs:
+                offset = 0
+                for t in ts:
+                    T.copy_into(t, packed[offset:offset + t.numel()])
+                    offset += t.numel()
+        return self._issue("all_reduce_coalesced", calls, opts, finish, list(tensors))
 
     def reduce(self, tensors, opts=None):
-        op, root = _op_name(opts), _root(opts)
-        staged = [_Staged(t, "reduce tensor") for t in tensors]
-
-        def body():
+        op, factor = T.reduce_op(opts)
+        root = int(opts.rootRank) if opts is not None else 0
+        staged = [T.Staged(t, "reduce tensor") for t in tensors]
+        if factor is not None or self._rank != root:
+            # off the root the caller's tensor must stay as it was: reduce a copy (scaled for PREMUL_SUM)
+            copies = []
             for s in staged:
-                self.comm.reduce(s.array, out=s.array, root=root, op=op)
-                if self._rank == root:
+                c = s.work.detach().clone()
+                if factor is not None:
+                    T.check_premul(factor, s.tensor, "reduce tensor")
+                    c.mul_(factor)
+                copies.append(c)
+            arrays = [T.as_numpy(c) for c in copies]
+            op = "sum" if factor is not None else op
+        else:
+            copies, arrays = None, [s.array for s in staged]
+        calls = [(self._comm().reduce, (a,), {"out": a, "root": root, "op": op}) for a in arrays]
+
+        def finish():
+            if self._rank == root:
+                for k, s in enumerate(staged):
+                    if copies is not None:
+                        T.copy_into(s.work, copies[k])
                     s.done()
-        return self._run(list(tensors), body)
-
-    def allgather(self, output_tensors, input_tensors, opts=None):
-        if len(output_tensors) != len(input_tensors):
-            raise ValueError("allgather: one output list per input tensor")
-        jobs = []
-        for outs, inp in zip(output_tensors, input_tensors, strict=True):
-            src = _Staged(inp, "all_gather input")
-            if len(outs) != self._size:
-                raise ValueError(f"all_gather needs {self._size} output tensors (one per rank), got {len(outs)}")
-            for o in outs:
-                _check(o, "all_gather output")
-                if o.dtype != inp.dtype or o.numel() != inp.numel():
-                    raise ValueError("all_gather outputs must have the input's dtype and size (uneven sizes are "
-                                     "not supported)")
-            jobs.append((src, outs))
-
-        def body():
-            for src, outs in jobs:
-                n = src.tensor.numel()
-                buf = torch.empty(self._size * n, dtype=src.tensor.dtype)
-                self.comm.allgather(src.array.reshape(-1), out=as_numpy(buf))
-                with torch.no_grad():
-                    for k, o in enumerate(outs):
-                        o.copy_(buf[k * n:(k + 1) * n].view(o.shape))
-        return self._run(list(output_tensors), body)
-
-    def all_gather_single(self, output_tensor, input_tensor, opts=None):
-        """all_gather_into_tensor: output holds the ranks' inputs concatenated in rank order."""
-        src = _Staged(input_tensor, "all_gather_into_tensor input")
-        dst = _Staged(output_tensor, "all_gather_into_tensor output", copy_in=False)
-        if dst.tensor.dtype != src.tensor.dtype or dst.tensor.numel() != self._size * src.tensor.numel():
-            raise ValueError(f"all_gather_into_tensor: output must have world_size ({self._size}) x the input's "
-                             f"elements and the same dtype; got {dst.tensor.numel()} vs {src.tensor.numel()}")
-
-        def body():
-            x = src.array.reshape(-1)
-            out = dst.array.reshape(-1)
-            if np.may_share_memory(x, out):  # input is a chunk of the output (FSDP's habit)
-                x = x.copy()
-            self.comm.allgather(x, out=out)
-            dst.done()
-        return self._run([output_tensor], body)
-
-    _allgather_base = all_gather_single
-
-    def allgather_into_tensor_coalesced(self, output_tensors, input_tensors, opts=None):
-        works = [self.all_gather_single(o, i, opts) for o, i in zip(output_tensors, input_tensors, strict=True)]
-        return self._merge(works, list(output_tensors))
+        return self._issue("reduce", calls, opts, finish, list(tensors))
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
-        op = _op_name(opts)
+        """Rank r gets the reduction of every rank's input_list[r]. The blocks may differ in size (block r has
+        rank r's output size): they are padded to the largest, reduce-scattered, and the padding dropped."""
+        op, factor = T.reduce_op(opts)
         jobs = []
         for out, ins in zip(output_tensors, input_tensors, strict=True):
-            dst = _Staged(out, "reduce_scatter output", copy_in=False)
+            dst = T.Staged(out, "reduce_scatter output", copy_in=False)
             if len(ins) != self._size:
                 raise ValueError(f"reduce_scatter needs {self._size} input tensors (one per rank), got {len(ins)}")
             for t in ins:
-                _check(t, "reduce_scatter input")
-                if t.dtype != out.dtype or t.numel() != out.numel():
-                    raise ValueError("reduce_scatter inputs must have the output's dtype and size")
-            jobs.append((dst, ins))
+                T.check(t, "reduce_scatter input")
+                if t.dtype != out.dtype:
+                    raise ValueError(f"reduce_scatter inputs must have the output's dtype {out.dtype}, got {t.dtype}")
+            if ins[self._rank].numel() != out.numel():
+                raise ValueError(f"reduce_scatter: input_list[{self._rank}] has {ins[self._rank].numel()} elements "
+                                 f"but the output has {out.numel()}; block r must have rank r's output size")
+            width = max(t.numel() for t in ins)
+            packed = torch.zeros(self._size * width, dtype=out.dtype)
+            for k, t in enumerate(ins):
+                packed[k * width:k * width + t.numel()] = T.flat(t)
+            if factor is not None:
+                T.check_premul(factor, out, "reduce_scatter output")
+                packed.mul_(factor)
+            block = torch.empty(width, dtype=out.dtype)
+            jobs.append((dst, packed, block))
+        op = "sum" if factor is not None else op
+        calls = [(self._comm().reduce_scatter, (T.as_numpy(p),), {"out": T.as_numpy(b), "op": op})
+                 for _, p, b in jobs]
 
-        def body():
-            for dst, ins in jobs:
-                flat = torch.cat([t.detach().reshape(-1) for t in ins])
-                self.comm.reduce_scatter(as_numpy(flat), out=dst.array.reshape(-1), op=op)
+        def finish():
+            for dst, _, block in jobs:
+                T.copy_into(dst.work, block[:dst.work.numel()])
                 dst.done()
-        return self._run(list(output_tensors), body)
+        return self._issue("reduce_scatter", calls, opts, finish, list(output_tensors))
 
     def reduce_scatter_single(self, output_tensor, input_tensor, opts=None):
         """reduce_scatter_tensor: rank r gets block r of the reduced input (world_size x output elements)."""
-        op = _op_name(opts)
-        src = _Staged(input_tensor, "reduce_scatter_tensor input")
-        dst = _Staged(output_tensor, "reduce_scatter_tensor output", copy_in=False)
+        op, factor = T.reduce_op(opts)
+        src = T.Staged(input_tensor, "reduce_scatter_tensor input")
+        dst = T.Staged(output_tensor, "reduce_scatter_tensor output", copy_in=False)
         if dst.tensor.dtype != src.tensor.dtype or src.tensor.numel() != self._size * dst.tensor.numel():
-            raise ValueError(f"reduce_scatter_tensor: input must have world_size ({self._size}) x the output's "
-                             f"elements and the same dtype; got {src.tensor.numel()} vs {dst.tensor.numel()}")
-
-        def body():
-            x = src.array.reshape(-1)
-            out = dst.array.reshape(-1)
-            if np.may_share_memory(x, out):
-                x = x.copy()
-            self.comm.reduce_scatter(x, out=out, op=op)
-            dst.done()
-        return self._run([output_tensor], body)
+            raise ValueError(f"reduce_scatter_tensor: the input must have world_size ({self._size}) x the output's "
+                             f"elements and the same dtype; got {src.tensor.numel()} {src.tensor.dtype} for an "
+                             f"output of {dst.tensor.numel()} {dst.tensor.dtype}")
+        x = src.array.reshape(-1)
+        if factor is not None:
+            T.check_premul(factor, src.tensor, "reduce_scatter_tensor input")
+            scaled = src.work.detach().reshape(-1) * factor
+            x, op = T.as_numpy(scaled), "sum"
+        elif np.may_share_memory(x, dst.array):
+            x = x.copy()
+        return self._issue("reduce_scatter_tensor", [(self._comm().reduce_scatter, (x,),
+                                                      {"out": dst.array.reshape(-1), "op": op})],
+                           opts, dst.done, [output_tensor])
 
     _reduce_scatter_base = reduce_scatter_single
 
-    def reduce_scatter_tensor_coalesced(self, output_tensors, input_tensors, opts=None):
-        works = [self.reduce_scatter_single(o, i, opts) for o, i in zip(output_tensors, input_tensors, strict=True)]
-        return self._merge(works, list(output_tensors))
+    def reduce_scatter_single_coalesced(self, output_tensors, input_tensors, opts=None):
+        """reduce_scatter_tensor_coalesced (FSDP2, the coalescing manager): tensors of one dtype go in one library
+        call, each rank's blocks laid side by side (rank r's part of every input, then rank r+1's, ...)."""
+        op, factor = T.reduce_op(opts)
+        if len(output_tensors) != len(input_tensors):
+            raise ValueError("reduce_scatter_tensor_coalesced: one output per input")
+        if len({t.dtype for t in input_tensors}) > 1 or len(input_tensors) < 2:
+            works = [self.reduce_scatter_single(o, i, opts) for o, i in zip(output_tensors, input_tensors,
+                                                                          strict=True)]
+            return GroupWork(works, list(output_tensors))
+        p = self._size
+        for o, i in zip(output_tensors, input_tensors, strict=True):
+            T.check(o, "reduce_scatter_tensor_coalesced output")
+            T.check(i, "reduce_scatter_tensor_coalesced input")
+            if o.dtype != i.dtype or i.numel() != p * o.numel():
+                raise ValueError(f"reduce_scatter_tensor_coalesced: each input must have world_size ({p}) x its "
+                                 f"output's elements and dtype; got {i.numel()} {i.dtype} for {o.numel()} {o.dtype}")
+        sizes = [o.numel() for o in output_tensors]
+        packed = torch.cat([T.flat(i).view(p, -1) for i in input_tensors], dim=1).reshape(-1)
+        if factor is not None:
+            T.check_premul(factor, input_tensors[0], "reduce_scatter_tensor_coalesced input")
+            packed.mul_(factor)
+            op = "sum"
+        mine = torch.empty(sum(sizes), dtype=packed.dtype)
 
+        def finish():
+            for o, part in zip(output_tensors, mine.split(sizes), strict=True):
+                T.copy_into(o, part)
+        return self._issue("reduce_scatter_tensor_coalesced",
+                           [(self._comm().reduce_scatter, (T.as_numpy(packed),), {"out": T.as_numpy(mine),
+                                                                                   "op": op})],
+                           opts, finish, list(output_tensors))
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    # -- data movement --------------------------------------------------------------------------------
+    def broadcast(self, tensors, opts=None):
+        root = int(opts.rootRank) if opts is not None else 0
+        staged = [T.Staged(t, "broadcast tensor") for t in tensors]
+        calls = [(self._comm().broadcast, (s.array,), {"root": root}) for s in staged]
+        return self._issue("broadcast", calls, opts, lambda: [s.done() for s in staged], list(tensors))
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        """all_gather: every rank's input into output_list[rank]. Sizes may differ between ranks (the outputs
+        say each rank's size): inputs are padded to the largest, gathered, and the padding dropped."""
+        if len(output_tensors) != len(input_tensors):
+            raise ValueError("all_gather: one output list per input tensor")
+        jobs = []
+        for outs, inp in zip(output_tensors, input_tensors, strict=True):
+            T.check(inp, "all_gather input")
+            if len(outs) != self._size:
+                raise ValueError(f"all_gather needs {self._size} output tensors (one per rank), got {len(outs)}")
+            for o in outs:
+                T.check(o, "all_gather output")
+                if o.dtype != inp.dtype:
+                    raise ValueError(f"all_gather outputs must have the input's dtype {inp.dtype}, got {o.dtype}")
+            if outs[self._rank].numel() != inp.numel():
+                raise ValueError(f"all_gather: output_list[{self._rank}] has {outs[self._rank].numel()} elements "
+                                 f"but this rank's input has {inp.numel()}; output r must have rank r's size")
+            width = max(o.numel() for o in outs)
+            x = T.flat(inp)
+            if x.numel() < width:
+                x = torch.cat([x, x.new_zeros(width - x.numel())])
+            buf = torch.empty(self._size * width, dtype=inp.dtype)
+            jobs.append((outs, x, buf, width))
+        calls = [(self._comm().allgather, (T.as_numpy(x),), {"out": T.as_numpy(buf)}) for _, x, buf, _ in jobs]
+
+        def finish():
+            for outs, _, buf, width in jobs:
+                for k, o in enumerate(outs):
+                    T.copy_into(o, buf[k * width:k * width + o.numel()])
+        return self._issue("all_gather", calls, opts, finish, list(output_tensors))
+
+    def all_gather_single(self, output_tensor, input_tensor, opts=None):
+        """all_gather_into_tensor: the output holds the ranks' inputs concatenated in rank order."""
+        src = T.Staged(input_tensor, "all_gather_into_tensor input")
+        dst = T.Staged(output_tensor, "all_gather_into_tensor output", copy_in=False)
+        if dst.tensor.dtype != src.tensor.dtype or dst.tensor.numel() != self._size * src.tensor.numel():
+            raise ValueError(f"all_gather_into_tensor: the output must have world_size ({self._size}) x the input's "
+                             f"elements and the same dtype; got {dst.tensor.numel()} {dst.tensor.dtype} for an input "
+                             f"of {src.tensor.numel()} {src.tensor.dtype}")
+        x = src.array.reshape(-1)
+        out = dst.array.reshape(-1)
+        if np.may_share_memory(x, out):  # the input is a chunk of the output (FSDP's habit)
+            x = x.copy()
+        return self._issue("all_gather_into_tensor", [(self._comm().allgather, (x,), {"out": out})], opts,
+                           dst.done, [output_tensor])
+
+    _allgather_base = all_gather_single
+
+    def all_gather_single_coalesced(self, output_tensors, input_tensors, opts=None):
+        """all_gather_into_tensor_coalesced (FSDP2, DTensor, the coalescing manager): the inputs' bytes packed
+        into one buffer, one library allgather, each rank's part unpacked into every output."""
+        if len(output_tensors) != len(input_tensors):
+            raise ValueError("all_gather_into_tensor_coalesced: one output per input")
+        p = self._size
+        for o, i in zip(output_tensors, input_tensors, strict=True):
+            T.check(o, "all_gather_into_tensor_coalesced output")
+            T.check(i, "all_gather_into_tensor_coalesced input")
+            if o.dtype != i.dtype or o.numel() != p * i.numel():
+                raise ValueError(f"all_gather_into_tensor_coalesced: each output must have world_size ({p}) x its "
+                                 f"input's elements and dtype; got {o.numel()} {o.dtype} for {i.numel()} {i.dtype}")
+        if not input_tensors:
+            return CompletedWork([])
+        sizes = [i.numel() * i.element_size() for i in input_tensors]
+        packed = torch.cat([T.flat(i).view(torch.uint8) for i in input_tensors])
+        gathered = torch.empty(p * packed.numel(), dtype=torch.uint8)
+
+        def finish():
+            rows = gathered.view(p, -1).split(sizes, dim=1)
+            for o, part in zip(output_tensors, rows, strict=True):
+                with torch.no_grad():
+                    T.flat(o).view(torch.uint8).view(p, -1).copy_(part) if o.is_contiguous() else \
+                        o.copy_(part.contiguous().view(o.dtype).view(o.shape))
+        return self._issue("all_gather_into_tensor_coalesced",
+                           [(self._comm().allgather, (T.as_bytes(packed),), {"out": T.as_bytes(gathered)})],
+                           opts, finish, list(output_tensors))
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def allgather_coalesced(self, output_lists, input_tensors, opts=None):
+        """all_gather_coalesced: output_lists[r][i] gets rank r's input i; one library call for all inputs."""
+        p = self._size
+        if len(output_lists) != p:
+            raise ValueError(f"all_gather_coalesced needs {p} output lists (one per rank), got {len(output_lists)}")
+        for i in input_tensors:
+            T.check(i, "all_gather_coalesced input")
+        for outs in output_lists:
+            if len(outs) != len(input_tensors):
+                raise ValueError(f"all_gather_coalesced: each output list needs {len(input_tensors)} tensors (one "
+                                 f"per input), got {len(outs)}")
+            for o, i in zip(outs, input_tensors, strict=True):
+                T.check(o, "all_gather_coalesced output")
+                if o.dtype != i.dtype or o.numel() != i.numel():
+                    raise ValueError("all_gather_coalesced: every output must have its input's dtype and size")
+        if not input_tensors:
+            return CompletedWork(list(output_lists))
+        sizes = [i.numel() * i.element_size() for i in input_tensors]
+        packed = torch.cat([T.flat(i).view(torch.uint8) for i in input_tensors])
+        gathered = torch.empty(p * packed.numel(), dtype=torch.uint8)
+
+        def finish():
+            for r, outs in enumerate(output_lists):
+                parts = gathered[r * packed.numel():(r + 1) * packed.numel()].split(sizes)
+                for o, part in zip(outs, parts, strict=True):
+                    T.copy_into(o, part.view(o.dtype))
+        return self._issue("all_gather_coalesced",
+                           [(self._comm().allgather, (T.as_bytes(packed),), {"out": T.as_bytes(gathered)})],
+                           opts, finish, list(output_lists))
+
+    def gather(self, output_tensors, input_tensors, opts=None):
+        """gather: the root's output_tensors[0] is a list of p tensors, filled in rank order. The library's gather
+        moves bytes (MPI's own, which takes no bfloat16 buffer)."""
+        root = int(opts.rootRank) if opts is not None else 0
+        if len(input_tensors) != 1:
+            raise ValueError(f"gather takes one input tensor per rank, got {len(input_tensors)}")
+        inp = input_tensors[0]
+        T.check(inp, "gather input")
+        x = T.as_bytes(T.flat(inp))
+        buf = None
+        if self._rank == root:
+            if len(output_tensors) != 1 or len(output_tensors[0]) != self._size:
+                raise ValueError(f"gather: the root needs a list of {self._size} output tensors")
+            for o in output_tensors[0]:
+                T.check(o, "gather output")
+                if o.dtype != inp.dtype or o.numel() != inp.numel():
+                    raise ValueError("gather outputs must have the input's dtype and size")
+            buf = torch.empty(self._size * inp.numel(), dtype=inp.dtype)
+        elif output_tensors and any(len(o) for o in output_tensors):
+            raise ValueError(f"gather: only the root (rank {root}) takes output tensors")
+
+        def finish():
+            if buf is not None:
+                for k, o in enumerate(output_tensors[0]):
+                    T.copy_into(o, buf[k * inp.numel():(k + 1) * inp.numel()])
+        kwargs = {"out": None if buf is None else T.as_bytes(buf), "root": root}
+        return self._issue("gather", [(self._comm().gather, (x,), kwargs)], opts, finish, list(output_tensors))
+
+    def scatter(self, output_tensors, input_tensors, opts=None):
+        """scatter: the root's input_tensors[0] is a list of p tensors; rank r gets the r-th (bytes, as gather)."""
+        root = int(opts.rootRank) if opts is not None else 0
+        if len(output_tensors) != 1:
+            raise ValueError(f"scatter takes one output tensor per rank, got {len(output_tensors)}")
+        T.check(output_tensors[0], "scatter output")
+        out = output_tensors[0]
+        n = out.numel()
+        block = torch.empty(n, dtype=out.dtype)
+        if self._rank == root:
+            if len(input_tensors) != 1 or len(input_tensors[0]) != self._size:
+                raise ValueError(f"scatter: the root needs a list of {self._size} input tensors")
+            for t in input_tensors[0]:
+                T.check(t, "scatter input")
+                if t.dtype != out.dtype or t.numel() != n:
+                    raise ValueError("scatter inputs must have the output's dtype and size")
+            x = T.as_bytes(torch.cat([T.flat(t) for t in input_tensors[0]]))
+        else:
+            if input_tensors and any(len(i) for i in input_tensors):
+                raise ValueError(f"scatter: only the root (rank {root}) takes input tensors")
+            x = None
+        kwargs = {"out": T.as_bytes(block), "root": root}
+        return self._issue("scatter", [(self._comm().scatter, (x,), kwargs)], opts,
+                           lambda: T.copy_into(out, block), list(output_tensors))
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        """all_to_all_single: split sizes count rows of dim 0 (empty: even splits)."""
+        src = T.Staged(input, "all_to_all_single input")
+        dst = T.Staged(output, "all_to_all_single output", copy_in=False)
+        p = self._size
+        if src.tensor.dtype != dst.tensor.dtype:
+            raise ValueError(f"all_to_all_single: input {src.tensor.dtype} and output {dst.tensor.dtype} differ")
+        x, out = src.array.reshape(-1), dst.array.reshape(-1)
+        if np.may_share_memory(x, out):
+            x = x.copy()
+        if not output_split_sizes and not input_split_sizes:
+            if x.size % p or out.size != x.size:
+                raise ValueError(f"all_to_all_single with even splits needs input and output of the same size, a "
+                                 f"multiple of world_size ({p}); got {x.size} and {out.size} elements")
+            call = (self._comm().alltoall, (x,), {"out": out})
+        else:
+            sends = _split_counts(input_split_sizes, src.tensor, p, "input")
+            recvs = _split_counts(output_split_sizes, dst.tensor, p, "output")
+            call = (self._comm().alltoallv, (x, sends, recvs), {"out": out})
+        return self._issue("all_to_all_single", [call], opts, dst.done, [output])
+
+    alltoall_base = all_to_all_single
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        """all_to_all: input_tensors[d] goes to rank d, output_tensors[s] comes from rank s (sizes may differ)."""
+        p = self._size
+        if len(output_tensors) != p or len(input_tensors) != p:
+            raise ValueError(f"all_to_all needs {p} input and {p} output tensors, got {len(input_tensors)} and "
+                             f"{len(output_tensors)}")
+        for t in (*input_tensors, *output_tensors):
+            T.check(t, "all_to_all tensor")
+        if len({t.dtype for t in (*input_tensors, *output_tensors)}) > 1:
+            raise ValueError("all_to_all: every input and output tensor must have the same dtype")
+        x = torch.cat([T.flat(t) for t in input_tensors])
+        out = torch.empty(sum(t.numel() for t in output_tensors), dtype=x.dtype)
+        sends = [t.numel() for t in input_tensors]
+        recvs = [t.numel() for t in output_tensors]
+        if len(set(sends)) == 1 and len(set(recvs)) == 1 and sends == recvs:
+            call = (self._comm().alltoall, (T.as_numpy(x),), {"out": T.as_numpy(out)})
+        else:
+            call = (self._comm().alltoallv, (T.as_numpy(x), sends, recvs), {"out": T.as_numpy(out)})
+
+        def finish():
+            offset = 0
+            for t in output_tensors:
+                T.copy_into(t, out[offset:offset + t.numel()])
+                offset += t.numel()
+        return self._issue("all_to_all", [call], opts, finish, list(output_tensors))
+
+    # -- point to point -------------------------------------------------------------------------------
+    def send(self, tensors, dst_rank: int, tag: int = 0):
+        staged = [T.Staged(t, "send tensor") for t in tensors]
+        return self._p2p("send", [(self._comm().isend, (s.array,), {"dest": dst_rank, "tag": tag}) for s in staged],
+                         None, list(tensors))
+
+    def recv(self, tensors, src_rank: int, tag: int = 0):
+        return self._recv(tensors, src_rank, tag)
+
+    def recv_anysource(self, tensors, tag: int = 0):
+        return self._recv(tensors, None, tag)
+
+    def _recv(self, tensors, source, tag):
+        if len(tensors) != 1:
+            raise ValueError(f"recv takes one tensor, got {len(tensors)}")
+        dst = T.Staged(tensors[0], "recv tensor", copy_in=False)
+        return self._p2p("recv", [(self._comm().irecv, (dst.array,), {"source": source, "tag": tag})], dst.done,
+                         list(tensors), receive=True)
+
+    def _p2p(self, what, calls, finish, result, receive: bool = False) -> CollectivesWork:
+        self._comm()
+        with LOCK:
+            handles = [fn(*args, **kwargs) for fn, args, kwargs in calls]
+            work = CollectivesWork(self, what, handles, finish, result, handles[0] if receive else None)
+        if self._coalesced is not None:
+            self._coalesced.append(work)
+        return work
+
+    # -- synchronisation ------------------------------------------------------------------------------
     def barrier(self, opts=None):
-        return self._run([], self.comm.barrier)
+        return self._issue("barrier", [(self._comm().barrier, (), {})], opts)
 
-    @staticmethod
-    def _merge(works: list[CompletedWork], result) -> CompletedWork:
-        for w in works:
-            if w.exception() is not None:
-                return CompletedWork(result, w.exception())
-        return CompletedWork(result)
+    def monitored_barrier(self, timeout=None, wait_all_ranks: bool = False) -> None:
+        """gloo's monitored_barrier: every rank reports to rank 0 and waits for its answer; rank 0 raises naming the
+        ranks that did not arrive within `timeout` (the first one, or all with wait_all_ranks=True). Point-to-point
+        messages (tag MONITORED_BARRIER_TAG), so a missing rank is named instead of hanging a collective.
+        (torch.distributed.monitored_barrier refuses every backend but gloo by name; call this on the group.)"""
+        from ..errors import CollectiveTimeoutError
 
+        limit = seconds(timeout, self.timeout)
+        ms = int(limit * 1000) if limit is not None else None
+        comm = self._comm()
+        token = np.zeros(1, np.uint8)
+        if self._rank != 0:
+            with LOCK:
+                sent = comm.isend(token, 0, MONITORED_BARRIER_TAG)
+                ack = comm.irecv(np.zeros(1, np.uint8), 0, MONITORED_BARRIER_TAG)
+            for h in (sent, ack):
+                try:
+                    with LOCK:
+                        h.wait(limit)
+                except CollectiveTimeoutError:
+                    raise RuntimeError(f"[Rank {self._rank}]: rank 0 did not answer monitoredBarrier within {ms} ms "
+                                       "(it may have failed, or timed out on another rank)") from None
+            return
+        with LOCK:
+            arrivals = {r: comm.irecv(np.zeros(1, np.uint8), r, MONITORED_BARRIER_TAG) for r in range(1, self._size)}
+        missing = []
+        for r, h in arrivals.items():
+            try:
+                with LOCK:
+                    h.wait(limit if not missing else 1e-3)
+            except CollectiveTimeoutError:
+                missing.append(r)
+                if not wait_all_ranks:
+                    raise RuntimeError(f"[Rank 0]: Rank {r} failed to pass monitoredBarrier in {ms} ms") from None
+        if missing:
+            raise RuntimeError(f"[Rank 0]: Ranks {', '.join(map(str, missing))} failed to pass monitoredBarrier in "
+                               f"{ms} ms")
+        with LOCK:
+            acks = [comm.isend(token, r, MONITORED_BARRIER_TAG) for r in range(1, self._size)]
+        for h in acks:
+            with LOCK:
+                h.wait(limit)
+
+    # -- the coalescing manager (torch.distributed.distributed_c10d._coalescing_manager with a device) ----------
+    def _start_coalescing(self, device=None) -> None:
+        if self._coalesced is not None:
+            raise RuntimeError("backend 'collectives': _start_coalescing called twice without _end_coalescing")
+        self._coalesced = []
+
+    def _end_coalescing(self, device=None):
+        works, self._coalesced = self._coalesced or [], None
+        return GroupWork(works)
+
+    # -- end of life ----------------------------------------------------------------------------------
     def shutdown(self) -> None:
         """Finish pending calls and free the communicator (torch calls this from destroy_process_group)."""
         comm, self.comm = self.comm, None
         if comm is not None:
-            comm.close()
+            with LOCK:
+                comm.close()
 
     abort = shutdown
 
 
-# -- the backend creator ------------------------------------------------------------------------------
-@dataclass
-class Options:
-    """Library options for a group: `dist.init_process_group("collectives", pg_options=Options(...))` or
-    `dist.new_group(ranks, pg_options=Options(...))` (a sub-group without options inherits the default group's).
-    None means the library's default (and its environment variables, e.g. COLLECTIVES_ACCUMULATE)."""
-
-    accumulate: str | None = None  # "float32": 16-bit float sums carried in float32, rounded once
-    deterministic: bool | None = None  # True: fixed rank-order reductions (algorithm 'direct')
-    check: str | None = None  # call agreement: "metadata" (default), "full", "off"
-    ranks_per_domain: int | None = None  # scale-up domain size for hierarchical algorithms (default: per host)
-
-
-_group_base = None  # a Dup of the default group's MPI communicator: sub-groups are cut from it
-_default_options = Options()
-
-
-def _seconds(timeout) -> float | None:
-    if timeout is None:
-        return None
-    if isinstance(timeout, timedelta):
-        return timeout.total_seconds()
-    return float(timeout)
+def _split_counts(splits, t: torch.Tensor, p: int, what: str) -> list[int]:
+    """Element counts of all_to_all_single's split sizes (rows of dim 0; empty: even)."""
+    rows = t.shape[0] if t.dim() else 1
+    row = t.numel() // rows if rows else 0
+    if not splits:
+        if rows % p:
+            raise ValueError(f"all_to_all_single: {what} has {rows} rows, not a multiple of world_size ({p}); pass "
+                             f"{what}_split_sizes")
+        return [rows // p * row] * p
+    splits = [int(s) for s in splits]
+    if len(splits) != p or any(s < 0 for s in splits) or sum(splits) != rows:
+        raise ValueError(f"all_to_all_single: {what}_split_sizes must be {p} counts >= 0 adding up to the {rows} "
+                         f"rows of dim 0, got {splits}")
+    return [s * row for s in splits]
 
 
-def create_process_group(dist_opts, backend_options=None) -> CollectivesProcessGroup:
-    """Backend creator (torch's extended API): the default group over the MPI world (minus switch daemons);
-    a sub-group over the default group's ranks `global_ranks_in_group`, cut with MPI_Comm_create_group."""
-    global _group_base, _default_options
-    import collectives
-
-    rank, size = dist_opts.group_rank, dist_opts.group_size
-    timeout = _seconds(dist_opts.timeout)
-    ranks = list(dist_opts.global_ranks_in_group)
-    if backend_options is not None and not isinstance(backend_options, Options):
-        raise TypeError(f"backend 'collectives' takes pg_options=collectives.torch.Options(...), got "
-                        f"{type(backend_options).__name__}")
-    if not ranks:  # the default group
-        options = backend_options or Options()
-        comm = collectives.init(timeout=timeout, **asdict(options))
-        if comm.rank != rank or comm.size != size:
-            comm.close()
-            raise ValueError(
-                f"backend 'collectives': init_process_group got rank {rank}, world_size {size}, but MPI has rank "
-                f"{comm.rank} of {comm.size}; start the job with mpiexec and pass the MPI rank and size (or call "
-                "collectives.torch.init_process_group(), which does)")
-        if _group_base is not None:
-            _group_base.Free()
-        _group_base = comm.mpi_comm.Dup()
-        _default_options = options
-        return CollectivesProcessGroup(comm, rank, size)
-    if _group_base is None:
-        raise RuntimeError("backend 'collectives': a sub-group needs the default group to use backend "
-                           "'collectives' too")
-    group = _group_base.Get_group().Incl(ranks)
-    try:
-        sub = _group_base.Create_group(group)
-    finally:
-        group.Free()
-    try:
-        comm = collectives.init(sub, timeout=timeout, **asdict(backend_options or _default_options))
-    finally:
-        sub.Free()
-    return CollectivesProcessGroup(comm, rank, size)
+__all__ = ["BACKEND_NAME", "CollectivesProcessGroup", "MONITORED_BARRIER_TAG"]

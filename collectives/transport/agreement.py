@@ -1,34 +1,41 @@
-"""Metadata agreement: every rank checks that all ranks issued the same call before any data moves.
-
-Each call (every collective, barrier included) first runs ONE nonblocking `MPI_Iallreduce` with `MPI_MIN` over a
-fixed-size int64 vector ``[v, -v]``, where v encodes the call: (sequence number, collective, count, dtype, op,
-root, requested algorithm, chosen algorithm and parameters, accumulate, deterministic). The result gives
-min(v) and max(v) on every rank at once; min != max for a field means the ranks disagree on it. Because every
-call starts with this same Iallreduce, the agreement messages always match, whatever collectives the ranks
-called: a mismatch is reported, never a hang or wrong data. Only when a mismatch is detected (all ranks learn
-it from the same result) a second `MPI_Iallgather` of fixed-size records names every rank's values.
+"""The call agreement: every rank checks that all ranks issued the same call before any data moves.
 
 Modes (`COLLECTIVES_CHECK`, `collectives.init(check=...)`, `Communicator.check`): "metadata" (default),
 "full" (metadata, plus an agreement on a hash of the result for collectives whose result is identical on every
 rank: allreduce, allgather, broadcast) and "off".
+
+What is compared is the call's `Signature` (calls.py: collective, count, dtype, op, root, algorithm requested
+and chosen, accumulate, deterministic) and its number on the communicator. Two ways, by where the ranks are:
+
+* all ranks on one host (the communicator has an arena): each rank writes (call number, signature hash) into its
+  control block. A call run by the shared-memory plan runner compares them inside its own waits (csrc/plan.h):
+  no extra synchronisation. A call of another executor (MPI's own collective, point-to-point messages) first
+  runs `HostAgreement`: sign, then wait until every peer has signed this call number, and compare.
+* otherwise `Agreement`: ONE nonblocking allreduce (min; `MPI_Iallreduce` under MPI) over an int64 vector ``[v, -v]``, v
+  encoding the call field by field: min != max for a field means the ranks disagree on it.
+
+Either way a mismatch is found by every rank (every rank compares with every peer before its call returns), and
+`MismatchReport` then gathers every rank's record (one allgather) so the error names each rank's values.
 """
 
 from __future__ import annotations
 
 import json
+import time
 import zlib
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 import numpy as np
-from mpi4py import MPI
 
 from .. import environment
 from ..errors import CallMismatchError, CollectivesError
+from .calls import Signature
 
 MODES = ("metadata", "full", "off")
 FIELDS = ("call", "collective", "count", "dtype", "op", "root", "algorithm", "chosen", "accumulate", "deterministic")
 _RECORD = 384  # bytes per rank in the mismatch allgather
-_COLLECTIVE_IDS = {"allreduce": 1, "reduce_scatter": 2, "allgather": 3, "broadcast": 4, "reduce": 5, "barrier": 6}
+_COLLECTIVE_IDS = {"allreduce": 1, "reduce_scatter": 2, "allgather": 3, "broadcast": 4, "reduce": 5, "barrier": 6,
+                   "alltoall": 7, "alltoallv": 8}
 
 
 def check_mode(mode: str | None) -> str:
@@ -49,7 +56,7 @@ def _code(text: str) -> int:
 
 @dataclass(frozen=True)
 class CallMeta:
-    """What every rank must agree on for one call."""
+    """One call as the agreement compares it: its number and signature."""
 
     call: int
     collective: str
@@ -61,6 +68,11 @@ class CallMeta:
     chosen: str
     accumulate: str
     deterministic: bool
+
+    @classmethod
+    def of(cls, seq: int, sig: Signature) -> CallMeta:
+        return cls(seq, sig.collective, sig.count, sig.dtype, sig.op, sig.root, sig.algorithm, sig.chosen,
+                   sig.accumulate, sig.deterministic)
 
     def vector(self) -> np.ndarray:
         v = [self.call, _COLLECTIVE_IDS.get(self.collective, 0), self.count, _code(self.dtype), _code(self.op),
@@ -78,94 +90,160 @@ class CallMeta:
 
 
 class Agreement:
-    """The agreement of one call, driven without blocking: `start()` posts, `test()` returns True once all
-    ranks agree and raises CallMismatchError (on every rank) when they do not."""
+    """The agreement of one call across hosts, driven without blocking: `test()` returns True once all ranks agree and
+    raises CallMismatchError (on every rank) when they do not."""
 
-    def __init__(self, comm: MPI.Comm, meta: CallMeta, rank: int, vector: np.ndarray | None = None) -> None:
-        self.comm = comm
+    stage = "agreement"
+
+    def __init__(self, runtime, meta: CallMeta, rank: int) -> None:
+        self.runtime = runtime
         self.meta = meta
-        # meta.vector() precomputed (the communicator caches it per call signature, with call = vector[0]: meta's
-        # own call number is then a placeholder, set from the vector if a mismatch is reported)
-        self._vector = vector
         self.rank = rank
-        self.started = False
-        self.stage = "agreement"
-        self._req: MPI.Request | None = None
-        self._buf: np.ndarray | None = None
-        self._records: np.ndarray | None = None
-        self._differ: list[str] = []
-
-    def start(self) -> None:
-        v = self.meta.vector() if self._vector is None else self._vector
+        v = meta.vector()
         self._buf = np.empty(2 * v.size, dtype=np.int64)
-        self._req = self.comm.Iallreduce(np.concatenate([v, -v]), self._buf, MPI.MIN)
-        self.started = True
+        self._req = runtime.iallreduce(np.concatenate([v, -v]), self._buf, "min")
+        self._report: MismatchReport | None = None
 
     def test(self) -> bool:
-        if not self.started:
-            self.start()
+        if self._report is not None:
+            return self._report.test()
         if not self._req.Test():
             return False
-        if self._records is None:
-            k = len(FIELDS)
-            lo, hi = self._buf[:k], -self._buf[k:]
-            if np.array_equal(lo, hi):
-                return True
-            self._differ = [f for f, a, b in zip(FIELDS, lo, hi, strict=True) if a != b]
-            if self._vector is not None and self.meta.call != int(self._vector[0]):
-                self.meta = replace(self.meta, call=int(self._vector[0]))
-            self.stage = "mismatch report (allgather of the call records)"
-            send = np.frombuffer(self.meta.record(), dtype=np.uint8)
-            self._records = np.empty(_RECORD * self.comm.Get_size(), dtype=np.uint8)
-            self._req = self.comm.Iallgather(send, self._records)
-            if not self._req.Test():
-                return False
-        raise self._mismatch()
+        k = len(FIELDS)
+        lo, hi = self._buf[:k], -self._buf[k:]
+        if np.array_equal(lo, hi):
+            return True
+        self.stage = "mismatch report (allgather of the call records)"
+        self._report = MismatchReport(self.runtime, self.meta, self.rank)
+        return self._report.test()
 
-    def _mismatch(self) -> CallMismatchError:
-        p = self.comm.Get_size()
-        metas = []
+
+class HostAgreement:
+    """The agreement of one call on one host, for calls the plan runner does not execute: sign this rank's
+    slot, then `test()` until every peer has signed the same call number (True) or shows another signature or
+    a poison word (CallMismatchError, after the report)."""
+
+    stage = "agreement"
+
+    def __init__(self, runtime, arena, meta: CallMeta, signature: int) -> None:
+        self.runtime, self.arena, self.meta, self.signature = runtime, arena, meta, signature
+        self._pending = [q for q in range(arena.size) if q != arena.rank]
+        self._report: MismatchReport | None = None
+        arena.sign(meta.call, signature)
+
+    @property
+    def waiting(self) -> tuple[int, ...]:
+        return tuple(self._pending)
+
+    def test(self) -> bool:
+        if self._report is not None:
+            return self._report.test()
+        from .shm.arena import MATCH, NOT_STARTED
+        seq, a = self.meta.call, self.arena
+        still = []
+        for q in self._pending:
+            state = a.compare(q, seq, self.signature)
+            if state == MATCH:
+                continue
+            if state == NOT_STARTED:
+                still.append(q)
+                continue
+            a.poison(seq)
+            return self.mismatch()
+        self._pending = still
+        return not still
+
+    def mismatch(self) -> bool:
+        """Start the report (every rank gets here for this call): raises once it is complete."""
+        self.stage = "mismatch report (allgather of the call records)"
+        self._report = MismatchReport(self.runtime, self.meta, self.runtime.rank, self.arena)
+        return self._report.test()
+
+
+class MismatchReport:
+    """The records of every rank for a mismatched call (an Iallgather every rank joins), then the error; on one
+    host the arena's counters restart together (the mismatched programs stopped wherever they were)."""
+
+    def __init__(self, runtime, meta: CallMeta, rank: int, arena=None) -> None:
+        self.runtime, self.meta, self.rank, self.arena = runtime, meta, rank, arena
+        p = runtime.size
+        done = 0
+        if arena is not None:
+            from .shm.arena import DONE
+            done = arena.counter(arena.rank, DONE)
+        send = np.frombuffer(meta.record() + int(done).to_bytes(8, "little", signed=True), dtype=np.uint8)
+        self._width = _RECORD + 8
+        self._records = np.empty((p, self._width), dtype=np.uint8)
+        self._req = runtime.iallgather(send, self._records)
+
+    def test(self) -> bool:
+        if not self._req.Test():
+            return False
+        p = self.runtime.size
+        metas, counters = [], []
         for r in range(p):
-            raw = self._records[r * _RECORD:(r + 1) * _RECORD].tobytes().rstrip(b" ")
+            raw = self._records[r].tobytes()
+            counters.append(int.from_bytes(raw[_RECORD:], "little", signed=True))
             try:
-                metas.append(json.loads(raw))
+                metas.append(json.loads(raw[:_RECORD].rstrip(b" ")))
             except ValueError:
                 metas.append({})
-        fields = {f: [m.get(f) for m in metas] for f in self._differ}
-        parts = []
-        for f, values in fields.items():
-            groups: dict[str, list[int]] = {}
-            for r, val in enumerate(values):
-                groups.setdefault(json.dumps(val), []).append(r)
-            shown = "; ".join(f"{_ranks(rs)}: {val}" for val, rs in groups.items())
-            parts.append(f"{'call sequence number' if f == 'call' else f} differs ({shown})")
-        mine = self.meta
-        hint = (" — a rank skipped or added a call" if "call" in fields else "")
-        return CallMismatchError(
-            f"rank {self.rank}: mismatched collective calls at call #{mine.call} ({mine.collective}, algorithm "
-            f"{mine.algorithm}): {', '.join(parts)}{hint}. Every rank must issue the same collectives in the same "
-            "order with the same count, dtype, op, root and algorithm; no data was exchanged",
-            seq=mine.call, fields=fields)
+        if self.arena is not None:
+            self.arena.resynchronise(max(counters) + 1)
+        raise describe_mismatch(self.meta, self.rank, metas)
 
 
-def _ranks(rs: list[int]) -> str:
-    if len(rs) == 1:
-        return f"rank {rs[0]}"
-    if rs == list(range(rs[0], rs[-1] + 1)) and len(rs) > 2:
-        return f"ranks {rs[0]}-{rs[-1]}"
-    return "ranks " + ",".join(map(str, rs))
+def describe_mismatch(mine: CallMeta, rank: int, metas: list[dict]) -> CallMismatchError:
+    """The error every rank raises: each field that differs, with which ranks had which value."""
+    fields = {f: [m.get(f) for m in metas] for f in FIELDS
+              if len({json.dumps(m.get(f)) for m in metas}) > 1}
+    parts = []
+    for f, values in fields.items():
+        groups: dict[str, list[int]] = {}
+        for r, val in enumerate(values):
+            groups.setdefault(json.dumps(val), []).append(r)
+        shown = "; ".join(f"{_ranks(rs)}: {val}" for val, rs in groups.items())
+        parts.append(f"{'call sequence number' if f == 'call' else f} differs ({shown})")
+    hint = " — a rank skipped or added a call" if "call" in fields else ""
+    what = ", ".join(parts) or "the ranks' calls differ"
+    return CallMismatchError(
+        f"rank {rank}: mismatched collective calls at call #{mine.call} ({mine.collective}, algorithm "
+        f"{mine.algorithm}): {what}{hint}. Every rank must issue the same collectives in the same order with the "
+        "same count, dtype, op, root and algorithm; no data was exchanged", seq=mine.call, fields=fields)
+
+
+def report_mismatch(runtime, meta: CallMeta, rank: int, arena, deadline: float | None) -> CallMismatchError:
+    """After the plan runner found a mismatch: gather every rank's record (bounded by `deadline`) and return the
+    error to raise (a timeout error when a peer never joins the report)."""
+    report = MismatchReport(runtime, meta, rank, arena)
+    nap = 0.0
+    while True:
+        try:
+            if report.test():  # pragma: no cover - a report always ends in an error
+                break
+        except CallMismatchError as exc:
+            return exc
+        if deadline is not None and time.monotonic() > deadline:
+            from ..errors import CollectiveTimeoutError
+            return CollectiveTimeoutError(
+                f"rank {rank}: {meta.collective} #{meta.call}: the ranks' calls differ, and not every rank joined "
+                "the mismatch report in time", collective=meta.collective, seq=meta.call)
+        nap = min(1e-3, nap * 2 or 1e-6)
+        time.sleep(nap)
+    raise AssertionError("unreachable")
 
 
 class ResultCheck:
     """Full-check mode: all ranks agree that a result every rank should hold identically has the same bits."""
 
-    def __init__(self, comm: MPI.Comm, result: np.ndarray, seq: int, collective: str, rank: int) -> None:
+    stage = "result check"
+
+    def __init__(self, runtime, result: np.ndarray, seq: int, collective: str, rank: int) -> None:
         data = np.ascontiguousarray(result).reshape(-1).view(np.uint8)
         h = (zlib.crc32(data) << 31) ^ zlib.adler32(data)
-        self._buf = np.array([h, -h], dtype=np.int64)
-        self._req = comm.Iallreduce(MPI.IN_PLACE, self._buf, MPI.MIN)
+        self._buf = np.empty(2, dtype=np.int64)
+        self._req = runtime.iallreduce(np.array([h, -h], dtype=np.int64), self._buf, "min")
         self.seq, self.collective, self.rank = seq, collective, rank
-        self.stage = "result check"
 
     def test(self) -> bool:
         if not self._req.Test():
@@ -176,4 +254,13 @@ class ResultCheck:
         return True
 
 
-__all__ = ["MODES", "Agreement", "CallMeta", "CallMismatchError", "ResultCheck", "check_mode"]
+def _ranks(rs: list[int]) -> str:
+    if len(rs) == 1:
+        return f"rank {rs[0]}"
+    if rs == list(range(rs[0], rs[-1] + 1)) and len(rs) > 2:
+        return f"ranks {rs[0]}-{rs[-1]}"
+    return "ranks " + ",".join(map(str, rs))
+
+
+__all__ = ["MODES", "Agreement", "CallMeta", "CallMismatchError", "HostAgreement", "ResultCheck", "check_mode",
+           "MismatchReport", "describe_mismatch", "report_mismatch"]

@@ -36,6 +36,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import environment
+from .mpi_runtime import MpiRuntime
 
 APP, DAEMON = 0, 1
 ORDER_TAG = 7
@@ -53,7 +54,7 @@ class World:
     role: int
     roles: tuple[int, ...]
     local: MPI.Comm  # the processes of this role, in world order
-    fabric: MPI.Comm | None  # COMM_WORLD dup for schedule messages (only when daemons exist)
+    fabric: MpiRuntime | None  # over a COMM_WORLD dup: schedule messages (only when daemons exist)
     control: MPI.Comm | None  # COMM_WORLD dup for orders
     serving: bool  # daemons are up and not yet stopped
 
@@ -101,7 +102,7 @@ def split_world(role: int, timeout: float | None = None) -> World:
         local = world.Split(role, world.Get_rank())
         fabric = control = None
         if DAEMON in roles:
-            fabric, control = world.Dup(), world.Dup()
+            fabric, control = MpiRuntime(world), world.Dup()
         _world = World(role, roles, local, fabric, control, DAEMON in roles)
     elif _world.role != role:
         raise RuntimeError("this process already joined the world handshake in another role")
@@ -170,12 +171,13 @@ def serve(world: World, timeout: float | None = None) -> int:
     from .. import algorithms  # noqa: F401  (registers the built-in algorithms)
     from ..kernels._dtypes import SUPPORTED_DTYPES, dtype_name
     from ..registry import build
-    from .executor import Execution, ProcPlan, wait_until
+    from .messages import Execution, ProcPlan, tag_base
     from .placement import daemon_placement
+    from .progress import wait_until
 
     dtypes = {dtype_name(d): d for d in SUPPORTED_DTYPES}
-    me = world.fabric.Get_rank()
-    tag_ub = world.fabric.Get_attr(MPI.TAG_UB)
+    me = world.fabric.rank
+    tag_ub = world.fabric.tag_upper_bound
     plans: OrderedDict = OrderedDict()
     served = 0
     if timeout is None:
@@ -199,7 +201,7 @@ def serve(world: World, timeout: float | None = None) -> int:
         plans.move_to_end(key)
         L = plan.placement.slots
         works = [np.zeros(plan.schedule.work_size, dtype=dtypes[dtype]) for _ in plan.nodes]
-        run = Execution(plan, world.fabric, works, kernel_op, seq, (seq % ((tag_ub + 1) // (L * L))) * L * L)
+        run = Execution(plan, world.fabric, works, kernel_op, seq, tag_base(seq, L, tag_ub))
         deadline = None if timeout is None else time.monotonic() + timeout
 
         def describe(run=run, collective=collective, seq=seq, algorithm=algorithm):
@@ -207,7 +209,7 @@ def serve(world: World, timeout: float | None = None) -> int:
             return TimeoutError(f"switch daemon (world rank {me}): {collective} #{seq} ({algorithm}) did not "
                                 f"complete within {timeout} s; round {rnd}, op {index}, awaiting nodes {peers}")
 
-        wait_until(run, deadline, describe)
+        wait_until(run.advance, lambda run=run: run.events, deadline, describe, oversubscribed=True)
         served += 1
 
 

@@ -9,28 +9,17 @@ from __future__ import annotations
 
 import importlib
 
-from mpi4py import MPI
 
-
-def find_domains(comm: MPI.Comm, ranks_per_domain: int | None = None) -> list[list[int]]:
-    """Domains as lists of comm ranks, ordered by their lowest rank (collective over comm)."""
-    size = comm.Get_size()
+def find_domains(size: int, hosts: list[list[int]], ranks_per_domain: int | None = None) -> list[list[int]]:
+    """Domains as lists of ranks, ordered by their lowest rank: the hosts (host.discover), or consecutive groups
+    of `ranks_per_domain` ranks."""
     if ranks_per_domain is not None:
         k = int(ranks_per_domain)
         if k != ranks_per_domain or k < 1 or size % k:
             raise ValueError(f"ranks_per_domain must be a positive integer dividing the world size {size}, "
                              f"got {ranks_per_domain!r}")
         return [list(range(d * k, (d + 1) * k)) for d in range(size // k)]
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
-    try:
-        leader = local.allreduce(comm.Get_rank(), op=MPI.MIN)
-    finally:
-        local.Free()
-    leaders = comm.allgather(leader)
-    domains: dict[int, list[int]] = {}
-    for r, lead in enumerate(leaders):
-        domains.setdefault(lead, []).append(r)
-    return [domains[k] for k in sorted(domains)]
+    return [list(h) for h in hosts]
 
 
 def topology_for(domains: list[list[int]]):

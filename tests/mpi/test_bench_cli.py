@@ -104,25 +104,16 @@ def test_bench_allreduce_table_json_csv(tmp_path):
 def test_calibrate_then_predict_and_osu(tmp_path):
     proc = mpirun(2, "calibrate", "--out", "cal.json", "--quick", tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "transport round cost" in proc.stdout and "shared-memory windows" in proc.stdout
+    assert "transport round cost" in proc.stdout and "the transport's rounds" in proc.stdout
     cal = json.loads((tmp_path / "cal.json").read_text())["calibration"]
     assert set(cal["window_s"]) == {"copy_round", "reduce_round"}
-    assert "core_mate_shift" not in cal  # 2 ranks, unbound: no core-mates to time
     # ring (2(p-1) rounds) against one_shot (1 round): at p=2 either share can come out as nothing measurable
     # (a round under the runner, or a call when the ring's second round was slowed), never both, never negative
     assert cal["round_s"] >= 0 and cal["call_overhead_s"] >= 0 and cal["transport_round_s"] > 0
     assert cal["round_s"] + cal["call_overhead_s"] > 0
     assert all(t > 0 for curve in cal["window_s"].values() for _, t in curve)
-    assert cal["ranks_per_host"] == 2 and cal["cores"] >= 1  # the shared-core bound's inputs
+    assert cal["ranks_per_host"] == 2 and cal["cores"] >= 1
     assert "2 per host on" in proc.stdout
-    probed = cal["cores"] >= 2 and "core_to_core_s" in cal  # a second core, and the C plan runner
-    if cal["cores"] >= 2:
-        from collectives.transport import shm_program
-
-        assert probed == (shm_program.kernel_for(np.dtype(np.float32), "sum", 0) is not None)
-    if probed:  # before and after the window rounds; a cache line between cores takes 10 ns-10 us
-        assert len(cal["core_to_core_s"]) == 2 and all(1e-8 < t < 1e-5 for t in cal["core_to_core_s"])
-        assert "core to core" in proc.stdout
     from collectives.simulate import simulate
     from collectives.topology import load
 
@@ -136,8 +127,6 @@ def test_calibrate_then_predict_and_osu(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = table_rows(proc.stdout)
     assert len(rows) == 3 * 2
-    # the host state is probed again per size and compared with the calibration's
-    assert ("# Host state: cores " in proc.stdout) == probed
     for f in rows:
         assert f[9:13] == ["N/A"] * 4  # no in-place reduce_scatter in the Communicator API
         assert (f[-2] == "n/a") == (f[-1] == "native")
@@ -179,7 +168,6 @@ def test_usage_errors_exit_2(tmp_path):
 
 
 def _predict_ring_with(tmp_path, calibration: dict) -> float:
-    import numpy as np
 
     from collectives.benchmark.runner import Predictor
     from collectives.topology import preset, save
@@ -226,64 +214,27 @@ def test_calibrations_with_separate_window_phases_still_predict(tmp_path):
     assert predicted == pytest.approx(30e-6 + 2 * 15e-6 + 2 * mirror + land + reduce, rel=0.01)
 
 
-def test_window_phases_leave_out_the_barrier_skew_but_never_go_below_a_rank_s_own_time():
-    """With ranks sharing cores a phase is timed as the span less an empty phase's span (the barrier-exit skew,
-    paid once per call); on one rank the span is the rank's own time, so subtracting any skew must give it
-    back, not a shorter (or negative) time."""
-    import time
-
-    from mpi4py import MPI
-
-    from collectives.benchmark.calibrate import _phase
-
-    calls = []
-    seconds = _phase(MPI.COMM_SELF, lambda: (calls.append("fn"), time.sleep(0.02)), 3, span=True, skew=1.0)
-    assert calls == ["fn"] * 4  # one untimed warm-up pass, then the reps
-    assert 0.02 <= seconds < 0.5
-    calls.clear()
-    _phase(MPI.COMM_SELF, lambda: calls.append("fn"), 3, warmup=5)
-    assert calls == ["fn"] * 8
-
-
-def test_window_rounds_are_timed_like_a_bench_call(monkeypatch):
-    """calibrate's window rounds get bench's 5 untimed and 20 timed passes up to 16 MiB (60 at 64 KiB, as
-    before), and 8 timed passes above, where a pass takes milliseconds."""
-    from mpi4py import MPI
+def test_window_rounds_are_a_ring_call_less_the_fixed_costs(monkeypatch):
+    """calibrate's copy (reduce) round at size D: a ring allgather (reduce_scatter) of D bytes through the
+    transport, less the per-call and per-round costs, over its p - 1 rounds."""
+    from types import SimpleNamespace
 
     from collectives.benchmark import calibrate
 
-    seen = []
+    timed = {"allgather": 900e-6, "reduce_scatter": 1300e-6}
+    calls = []
 
-    def phase(mpi_comm, fn, reps, span=True, skew=0.0, warmup=1):
-        seen.append((reps, warmup))
-        return 1e-3
+    def concurrent(ctl, fn, reps):
+        calls.append(fn())
+        return timed[calls[-1]]
 
-    monkeypatch.setattr(calibrate, "_phase", phase)
-    out, _ = calibrate.window_exchange(MPI.COMM_SELF, sizes=[64 << 10, 4 << 20, 32 << 20])
-    timed = seen[-6:]  # copy and reduce rounds per size, after the empty pass that gives the synchronisation
-    assert timed == [(60, 5), (60, 5), (20, 5), (20, 5), (8, 5), (8, 5)]
-    assert [d for d, _ in out["copy_round"]] == [64 << 10, 4 << 20, 32 << 20]
-
-
-@needs_mpi
-def test_calibrate_times_core_mates_when_binding_pairs_ranks_on_cores(tmp_path):
-    """With `-bind-to core` and more ranks than cores, ranks r and r + cores share a core: calibrate also times
-    its rounds between them (the predictions price those transfers apart from crossings); unbound, nobody knows
-    who shares a core, and it does not."""
-    env = dict(os.environ, MPIEXEC_TIMEOUT=str(TIMEOUT), COLLECTIVES_TIMEOUT="30")
-    cores = len(os.sched_getaffinity(0))
-    proc = subprocess.run([str(MPIEXEC), "-bind-to", "core", "-n", "4", str(CLI), "calibrate", "--out", "cal.json",
-                           "--no-default", "--quick"], capture_output=True, text=True, timeout=TIMEOUT + 15,
-                          env=env, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    cal = json.loads((tmp_path / "cal.json").read_text())["calibration"]
-    if cores == 2:
-        assert cal["core_mate_shift"] == 2
-        assert set(cal["window_mates_s"]) >= {"copy_round", "reduce_round"}
-        assert [d for d, _ in cal["window_mates_s"]["copy_round"]] == [d for d, _ in cal["window_s"]["copy_round"]]
-        assert "between ranks 2 apart" in proc.stdout
-    elif cores >= 4:
-        assert "core_mate_shift" not in cal  # a core each
+    monkeypatch.setattr(calibrate, "_concurrent", concurrent)
+    comm = SimpleNamespace(size=3, mpi_comm=None, allgather=lambda *a, **k: "allgather",
+                           reduce_scatter=lambda *a, **k: "reduce_scatter")
+    fixed = {"call_overhead_s": 100e-6, "round_s": 50e-6}
+    out = calibrate.window_rounds(comm, fixed, sizes=[1 << 20])
+    assert out["copy_round"] == [[1 << 20, pytest.approx((900e-6 - 100e-6 - 2 * 50e-6) / 2)]]
+    assert out["reduce_round"] == [[1 << 20, pytest.approx((1300e-6 - 100e-6 - 2 * 50e-6) / 2)]]
 
 
 @needs_mpi

@@ -11,17 +11,28 @@ import warnings
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from collectives import kernels
-from collectives.kernels import SUPPORTED_DTYPES, SUPPORTED_OPS, _use_backend, reduce_into, round_into
+from collectives.kernels import (
+    ARITHMETIC_OPS,
+    BITWISE_OPS,
+    SUPPORTED_DTYPES,
+    SUPPORTED_OPS,
+    _use_backend,
+    ops_for,
+    reduce_into,
+    round_into,
+)
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16 = np.dtype(np.float16)
 F32 = np.dtype(np.float32)
 HALF = (F16, BF16)
-UFUNC = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}
+UFUNC = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum, "band": np.bitwise_and,
+         "bor": np.bitwise_or, "bxor": np.bitwise_xor}
+INTEGERS = [d for d in SUPPORTED_DTYPES if d.kind in "iu"]
 C_LOADED = kernels.backend_info()["c_loaded"]
 BACKENDS = (["c", "c-portable"] if C_LOADED else []) + ["numba", "numpy"]
 
@@ -88,7 +99,7 @@ def random_inputs(rng: np.random.Generator, dtype: np.dtype, n_inputs: int, size
 
 # ---------------------------------------------------------------------------------------------- sweep
 @pytest.mark.parametrize("dtype", SUPPORTED_DTYPES, ids=lambda d: "bfloat16" if d == BF16 else d.name)
-@pytest.mark.parametrize("op", SUPPORTED_OPS)
+@pytest.mark.parametrize("op", ARITHMETIC_OPS)
 def test_every_dtype_op_and_count(backend, dtype, op):
     rng = np.random.default_rng(abs(hash((dtype.name, op))) % 2**32)
     size = 1003  # odd, spans vector tails
@@ -98,6 +109,53 @@ def test_every_dtype_op_and_count(backend, dtype, op):
         out = np.empty(size, dtype)
         assert reduce_into(out, xs, op) is out
         assert_same(out, reference(xs, op, dtype), exact_nan=(op in ("min", "max") and dtype.itemsize >= 4))
+
+
+@pytest.mark.parametrize("dtype", INTEGERS, ids=lambda d: d.name)
+def test_bitwise_ops_every_integer_dtype(backend, dtype):
+    """band/bor/bxor fold bit for bit like numpy's bitwise ufuncs, signed dtypes included (the kernels run them on
+    the unsigned type of the same width), for 1..9 inputs (9: more than one pass) and odd sizes (vector tails)."""
+    rng = np.random.default_rng(abs(hash((dtype.name, "bitwise"))) % 2**32)
+    pool = random_inputs(rng, dtype, 9, 1003)
+    for op in BITWISE_OPS:
+        for n in (1, 2, 3, 8, 9):
+            out = np.empty(1003, dtype)
+            assert reduce_into(out, pool[:n], op) is out
+            assert_same(out, reference(pool[:n], op, dtype))
+        in_place = pool[0].copy()  # out is the first input
+        reduce_into(in_place, [in_place, *pool[1:4]], op)
+        assert_same(in_place, reference(pool[:4], op, dtype))
+    # the identities the ops must keep: x & ~0 = x, x | 0 = x, x ^ x = 0
+    x = pool[0]
+    ones = np.full_like(x, -1 if dtype.kind == "i" else np.iinfo(dtype).max)
+    assert_same(reduce_into(np.empty_like(x), [x, ones], "band"), x)
+    assert_same(reduce_into(np.empty_like(x), [x, np.zeros_like(x)], "bor"), x)
+    assert_same(reduce_into(np.empty_like(x), [x, x], "bxor"), np.zeros_like(x))
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16, F32, np.dtype(np.float64)], ids=lambda d: str(d))
+def test_bitwise_ops_refuse_floats(backend, dtype):
+    a = np.ones(4, dtype)
+    for op in BITWISE_OPS:
+        with pytest.raises(TypeError, match=f"op '{op}' is bitwise: it needs an integer dtype"):
+            reduce_into(a, [a, a], op)
+    assert ops_for(dtype) == ARITHMETIC_OPS
+    assert ops_for(np.int32) == SUPPORTED_OPS
+
+
+@pytest.mark.skipif(not C_LOADED, reason="C extension not built")
+def test_c_kernel_refuses_bitwise_float_codes():
+    """The plan runner calls coll_reduce with the op's code directly: a bitwise code on a float dtype is refused
+    there too (-1), never run on float bits."""
+    from collectives._ckernels import ffi, lib
+
+    a = np.ones(4, F32)
+    ptrs = ffi.new("void *[]", [ffi.from_buffer(a)])
+    assert lib.coll_reduce(0, lib.COLL_BAND, ffi.from_buffer(a), ptrs, 1, 4) == -1
+    assert lib.coll_reduce(0, lib.COLL_OPS, ffi.from_buffer(a), ptrs, 1, 4) == -1
+    i = np.arange(4, dtype=np.int32)
+    ptrs = ffi.new("void *[]", [ffi.from_buffer(i), ffi.from_buffer(i)])
+    assert lib.coll_reduce(4, lib.COLL_BXOR, ffi.from_buffer(i), ptrs, 2, 4) == 0 and not i.any()
 
 
 @pytest.mark.parametrize("dtype", SUPPORTED_DTYPES, ids=lambda d: "bfloat16" if d == BF16 else d.name)
@@ -132,7 +190,7 @@ def test_mixed_float32_accumulator(backend, half):
     rng = np.random.default_rng(2)
     acc = rng.standard_normal(1001).astype(F32)
     xs = [x for x in random_inputs(rng, half, 3, 1001)]
-    for op in SUPPORTED_OPS:
+    for op in ARITHMETIC_OPS:
         out = acc.copy()
         reduce_into(out, [out, *xs], op)
         assert_same(out, reference([acc, *xs], op, F32))
@@ -169,6 +227,7 @@ def test_every_16bit_value_and_rounding(backend, half):
     seed=st.integers(0, 2**32 - 1),
 )
 def test_hypothesis_unaligned_views(dtype, op, n, size, offset, seed):
+    assume(op in ops_for(dtype))
     rng = np.random.default_rng(seed)
     xs = [x[offset:offset + size] for x in random_inputs(rng, dtype, n, size + 4)]
     want = reference(xs, op, dtype)
@@ -210,7 +269,7 @@ def test_partially_overlapping_input_is_read_before_written():
 # ---------------------------------------------------------------------------------------------- errors
 def test_validation_errors():
     a = np.ones(4, F32)
-    with pytest.raises(ValueError, match="valid ops: sum, prod, min, max"):
+    with pytest.raises(ValueError, match="valid ops: sum, prod, min, max, band, bor, bxor"):
         reduce_into(a, [a], "mean")
     with pytest.raises(ValueError, match="empty inputs"):
         reduce_into(a, [])
@@ -241,7 +300,7 @@ def test_validation_errors():
 
 
 def test_supported_lists_and_backend_info():
-    assert set(SUPPORTED_OPS) == {"sum", "prod", "min", "max"}
+    assert set(SUPPORTED_OPS) == {"sum", "prod", "min", "max", "band", "bor", "bxor"}
     assert len(SUPPORTED_DTYPES) == 12
     info = kernels.backend_info()
     assert set(info["backends"]) == {"bfloat16" if d == BF16 else d.name for d in SUPPORTED_DTYPES}

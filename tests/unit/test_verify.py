@@ -151,8 +151,7 @@ def test_receive_without_send():
 
 def test_mismatched_element_ranges():
     s = scripted(2, 4, [{0: [send(1, 0)], 1: [recv_reduce(0, 1)]}], blocks=2)
-    rejects(s, "sends elements [0, 2) but node 1's matching receive (its op 0) expects [2, 4)",
-            "a message keeps its element positions", node=0, op=0, elements=(0, 2))
+    rejects(s, "sends elements [0, 2) but node 1's matching receive (its op 0) expects [2, 4); both ends of a message must name the same two ranges", node=0, op=0, elements=(0, 2))
 
 
 def test_mismatched_lengths_across_rounds():
@@ -232,9 +231,20 @@ def test_peer_member_outside_the_group():
     assert err.round == 0
 
 
-def test_message_to_self():
-    s = scripted(2, 4, [{0: [send(1, 0)], 1: [recv_reduce(0, 0)]}, {1: [send(1, 0), recv(1, 0)]}])
-    rejects(s, "a node cannot message itself", "round 1", node=1, op=1, elements=(0, 4))
+def test_message_to_self_is_a_local_copy():
+    exchange = {0: [send(1, 0), recv(1, 1)], 1: [send(0, 1), recv(0, 0)]}
+    same_place = {1: [send(1, 1), recv(1, 1)]}  # rank 1 copies its block 1 onto itself: harmless
+    report = verify(scripted(2, 2, [exchange, same_place], collective="allgather", blocks=2))
+    assert report.local_steps == 1 and report.messages == 2
+    wrong_place = {1: [send(1, 0, remote=1), recv(1, 1, remote=0)]}  # block 0 copied over block 1
+    rejects(scripted(2, 2, [exchange, wrong_place], collective="allgather", blocks=2),
+            "rank 1 ends with wrong data in elements [2, 4) of its allgather output: holds ranks {0}, misses "
+            "ranks {1} and also holds ranks {0}; last written by its op 3 in round 1; expected rank 1's input elements [0, 2)", node=1, op=3)
+
+
+def test_message_to_self_without_its_receive():
+    s = scripted(2, 4, [{0: [send(1, 0)], 1: [recv_reduce(0, 0)]}, {1: [send(1, 0)]}])
+    rejects(s, "send to node 1 has no matching receive on node 1", "round 1", node=1, op=1, elements=(0, 4))
 
 
 def test_range_outside_the_buffer():

@@ -2,7 +2,7 @@
 
     mpiexec -n 2 python failing_rank.py calibrate|bench RANK COLLECTIVES-ARGS...
 
-`calibrate`: RANK's shared-memory window measurement raises (benchmark.calibrate.window_exchange); `bench`: RANK's
+`calibrate`: RANK's measurement of the transport's rounds raises (benchmark.calibrate.window_rounds); `bench`: RANK's
 timed loop raises (benchmark.runner.Bench.measure). The other ranks are inside collectives at that moment: the
 subcommand must end the whole job at once (cli/job_errors.py), not leave them waiting for a timeout.
 """
@@ -29,7 +29,7 @@ def fail_here(original):
 
 
 if where == "calibrate":
-    calibrate.window_exchange = fail_here(calibrate.window_exchange)
+    calibrate.window_rounds = fail_here(calibrate.window_rounds)
 else:
     runner.Bench.measure = fail_here(runner.Bench.measure)
 sys.exit(main(args))

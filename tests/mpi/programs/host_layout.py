@@ -1,14 +1,15 @@
-"""Prints `RESULT {json}` on rank 0: each rank's CPU affinity and whether the transport thinks ranks share cores."""
+"""Run under mpiexec: print each rank's CPU affinity and what the communicator concluded about its host."""
 
 import json
 import os
 
-import collectives
-from collectives.transport import executor
+from collectives.transport import init
 
-comm = collectives.init(check="off")
+comm = init()
 mine = sorted(os.sched_getaffinity(0))
-every = comm.mpi_comm.allgather(mine)
+affinities = comm.mpi_comm.gather(mine, root=0)
 if comm.rank == 0:
-    print("RESULT " + json.dumps({"affinities": every, "oversubscribed": executor._oversubscribed}), flush=True)
+    h = comm.host
+    print("RESULT " + json.dumps({"affinities": affinities, "oversubscribed": h.oversubscribed, "cores": h.cores,
+                                  "ranks_per_host": h.ranks_per_host}), flush=True)
 comm.close()

@@ -270,7 +270,7 @@ def mode_kill(timeout: float) -> None:
     try:
         work = comm.allreduce(x, algorithm="ring", chunks=4, async_op=True)
         if comm.rank == 1:
-            while work._task.agreement is not None:  # past the metadata agreement: data is moving
+            while work._launch.stage == "agreement":  # past the call agreement: data is moving
                 work.test()
             work.test()
             os._exit(3)  # dies inside the collective

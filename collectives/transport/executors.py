@@ -1,0 +1,212 @@
+"""The executors a plan can bind: one interface, four ways to run a call.
+
+* `ShmExecutor`: the schedule over shared memory (shm/): the plan runner, the agreement folded into its waits;
+* `MessageExecutor`: the schedule with point-to-point messages (messages.py), switch nodes included (run by
+  switch daemons or emulated on the ranks);
+* `NativeExecutor`: MPI's own collective (nonblocking), for what MPI does best;
+* `LocalExecutor`: a world of one (the output is the input).
+
+Schedule executors take `start(work, source, seq)` (the node's state and the lazy input, plans.Plan.bind);
+the other two `launch(plan, x, out, seq)` and `finish_native(plan, res)`. All then answer `resume()` with DONE,
+WAITING or MISMATCH, `events` (progress, for the waiter), `where()` (round, op, awaited peers, last completed
+round: for a timeout report) and `cancel()`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..reduction import finalize
+from ..schedule.collective import REDUCING
+from .messages import Execution, ProcPlan, tag_base
+from .placement import daemon_placement, leader_placement
+from .shm import executor as _shm
+from .shm.program import DONE, MISMATCH, WAITING
+
+
+class ShmExecutor:
+    """A schedule over this host's shared memory (shm/executor.py), for one call signature."""
+
+    folds_agreement = True
+
+    def __init__(self, ctx, schedule, dtype: np.dtype, kernel_op: str, digest: int) -> None:
+        # with check="off" the runner still compares what costs it nothing and catches the worst outcome of a
+        # mismatch (reading or writing past a peer's range): the size of the call (plans.Plan.size_digest)
+        self.inner = _shm.ShmExecutor(ctx.arena, schedule, dtype, kernel_op, digest, True, ctx.host.oversubscribed)
+        self.need = self.inner.need
+        self.start = self.inner.start  # (work, source, seq) -> status: the hot path, without a Python layer
+        self.resume = self.inner.resume
+
+    @staticmethod
+    def serves(schedule, arena) -> bool:
+        return _shm.eligible(schedule, arena)
+
+    @property
+    def events(self) -> int:
+        return self.inner.events
+
+    def where(self) -> tuple:
+        return self.inner.where()
+
+    def cancel(self) -> None:
+        pass
+
+
+class MessageExecutor:
+    """A schedule's programs for the nodes this process hosts, with point-to-point messages."""
+
+    folds_agreement = False
+
+    def __init__(self, ctx, schedule, dtype: np.dtype, kernel_op: str, choice, root, params: dict) -> None:
+        self.ctx, self.schedule, self.dtype, self.kernel_op = ctx, schedule, dtype, kernel_op
+        self.daemons = bool(ctx.daemons) and schedule.num_nodes > schedule.world_size
+        p = schedule.world_size
+        if self.daemons:
+            w = ctx.world
+            placement = daemon_placement(p, schedule.num_nodes, w.app_procs, w.daemon_procs)
+            self.proc, self.carrier = w.fabric.rank, w.fabric
+        else:
+            placement, self.proc, self.carrier = leader_placement(p, schedule.num_nodes), ctx.rank, ctx.runtime
+        self.plan = ProcPlan.build(schedule, placement, self.proc)
+        self.tag_ub = self.carrier.tag_upper_bound
+        self.order = ("run", schedule.collective, choice.algorithm, schedule.count, dtype, root, kernel_op, params,
+                      ctx.topology if schedule.topology is not None else None, p)
+        self.run: Execution | None = None
+
+    def start(self, work: np.ndarray, source: np.ndarray | None, seq: int, polls: int = 0) -> int:
+        ctx, plan = self.ctx, self.plan
+        if source is not None:
+            work[...] = source
+        works = [work if node == ctx.rank else np.zeros(self.schedule.work_size, dtype=self.dtype)
+                 for node in plan.nodes]
+        if self.daemons and ctx.rank == 0:
+            _, coll, algo, count, dtype, root, op, params, topo, p = self.order
+            from ..kernels._dtypes import dtype_name
+            from .daemon import send_orders  # MPI: switch daemons exist
+            ctx.pending_orders.extend(send_orders(
+                ctx.world, ("run", seq, coll, algo, count, dtype_name(dtype), root, op, params, topo, p)))
+        self.run = Execution(plan, self.carrier, works, self.kernel_op, seq,
+                             tag_base(seq, plan.placement.slots, self.tag_ub))
+        return self.resume()
+
+    def resume(self, polls: int = 0) -> int:
+        done = self.run.advance()
+        ctx = self.ctx
+        if ctx.pending_orders:
+            ctx.pending_orders = [r for r in ctx.pending_orders if not r.Test()]
+        return DONE if done else WAITING
+
+    @property
+    def events(self) -> int:
+        return self.run.events if self.run is not None else 0
+
+    def where(self) -> tuple:
+        if self.run is None:
+            return None, None, (), None
+        rnd, index, peers = self.run.stuck()
+        return rnd, index, peers, self.run.last_completed
+
+    def cancel(self) -> None:
+        if self.run is not None:
+            self.run.cancel()
+
+
+class NativeExecutor:
+    """The runtime's own collective (MPI's), posted nonblocking on the call's buffers (MPI matches nonblocking
+    collectives by order, so a rank whose call is queued behind an asynchronous one still matches its peers)."""
+
+    folds_agreement = False
+
+    def __init__(self, ctx, collective: str, kernel_op: str, root: int | None) -> None:
+        self.native, self.collective, self.root, self.rank, self.p = ctx.runtime.native, collective, root, \
+            ctx.rank, ctx.size
+        self.op = kernel_op
+        self.req = None
+        self.completed = 0
+
+    def launch(self, plan, x: np.ndarray, out, seq: int):
+        """Post the call; returns the array the call will return (None off a reduce's root)."""
+        n, op, root, coll = self.native, self.op, self.root, self.collective
+        res = plan.output(x, out)  # x is contiguous (plans.Plan.submit); out=x means in place
+        if coll == "allreduce":
+            self.req = n.allreduce(n.IN_PLACE if res is x else x, res, op)
+        elif coll == "reduce":
+            if self.rank == root:
+                self.req = n.reduce(n.IN_PLACE if res is x else x, res, op, root)
+            else:
+                self.req = n.reduce(x, None, op, root)
+        elif coll == "broadcast":
+            self.req = n.broadcast(x, root)
+        elif coll == "reduce_scatter":
+            self.req = n.reduce_scatter(x, res, op)
+        elif coll == "allgather":
+            self.req = n.allgather(x, res)
+        elif coll == "alltoall":
+            self.req = n.alltoall(x, res)
+        elif coll == "alltoallv":
+            counts, r = plan.counts, self.rank
+            self.req = n.alltoallv(x, counts[r, :], res, counts[:, r])
+        elif coll == "gather":
+            self.req = n.gather(x, res, root)
+        elif coll == "scatter":
+            self.req = n.scatter(x if self.rank == root else None, res, root)
+        elif coll == "barrier":
+            self.req = n.barrier()
+        else:
+            raise ValueError(f"the runtime's own {coll} is not available here")
+        return res
+
+    def finish_native(self, plan, res):
+        if res is not None and self.collective in REDUCING:
+            finalize(res, plan.op, self.p)
+        return res
+
+    def resume(self, polls: int = 0) -> int:
+        if self.req.Test():
+            self.completed += 1
+            return DONE
+        return WAITING
+
+    @property
+    def events(self) -> int:
+        return self.completed
+
+    def where(self) -> tuple:
+        return None, None, (), None
+
+    def cancel(self) -> None:
+        pass
+
+
+class LocalExecutor:
+    """A world of one: the output is the input (copied unless in place)."""
+
+    folds_agreement = True
+
+    def __init__(self, collective: str) -> None:
+        self.collective = collective
+
+    def launch(self, plan, x: np.ndarray, out, seq: int):
+        res = plan.output(x, out)
+        if res is not None and res is not x and x.size:
+            res.reshape(-1)[...] = x.reshape(-1)
+        return res
+
+    def finish_native(self, plan, res):
+        if res is not None and self.collective in REDUCING:
+            finalize(res, plan.op, 1)
+        return res
+
+    def resume(self, polls: int = 0) -> int:
+        return DONE
+
+    events = 0
+
+    def where(self) -> tuple:
+        return None, None, (), None
+
+    def cancel(self) -> None:
+        pass
+
+
+__all__ = ["DONE", "LocalExecutor", "MISMATCH", "MessageExecutor", "NativeExecutor", "ShmExecutor", "WAITING"]

@@ -1,0 +1,430 @@
+"""Call plans: one per call signature (calls.py), built once and cached; every call is `plan.run(x, out)`.
+
+A plan holds what does not change from call to call: the choice (algorithm and parameters, and why), the
+schedule, the executor bound to it, the buffers the collective's contract needs, and the call's signature for
+the agreement. Four executors behind one interface (executors.py): the shared-memory plan runner (all ranks on
+one host; the agreement rides on its waits), point-to-point messages (across hosts, or schedules with switch
+nodes), MPI's own collective, and the local copy of a world of one.
+
+A call: the communicator looks the plan up by the call's key (collective, dtype, shape, op, root, output mode,
+algorithm and parameters, deterministic, accumulate) -> `plan.run(x, out, timeout)`: a quick check of the
+buffers (calls.buffers_fit; anything unusual goes to the full validator, which raises the precise error) ->
+the agreement when the executor does not fold it -> the executor -> the result. Asynchronous calls queue a
+`Launch` of the same plan (progress.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+import numpy as np
+
+from .. import registry
+from ..errors import CallMismatchError, CollectiveTimeoutError
+from ..kernels import round_into
+from ..kernels._dtypes import dtype_name
+from ..reduction import finalize
+from ..schedule.collective import ALLTOALL, REDUCING
+from . import calls
+from .agreement import Agreement, CallMeta, HostAgreement, MismatchReport, ResultCheck
+from .choose import Choice
+from .executors import DONE, MISMATCH, LocalExecutor, MessageExecutor, NativeExecutor, ShmExecutor
+from .progress import advance_others
+from .shm.executor import POLLS
+
+_IN_WORK, _IN_SCRATCH, _BROADCAST, _GATHER, _GENERAL = range(5)  # how run() binds a call's buffers
+SPIN_POLLS = 1024  # a blocking call of MPI's own collective polls this often before joining the queue
+
+
+class Plan:
+    """One call signature's plan (see the module docstring)."""
+
+    def __init__(self, ctx, collective: str, x: np.ndarray, mode: int, op: str, kernel_op: str, root: int | None,
+                 algorithm: str, choice: Choice, accumulate: str | None, deterministic: bool,
+                 wide: bool, timeout: float | None = None, counts: np.ndarray | None = None,
+                 shape: tuple[int, ...] | None = None) -> None:
+        """`timeout`: the first call's own (it bounds a collective growth of the shared windows, see _grow);
+        `counts`: an alltoallv's p x p matrix (counts[s, d] elements from rank s to rank d)."""
+        self.ctx = ctx
+        self.collective = collective
+        self.dtype = x.dtype  # the caller's dtype
+        self.work_dtype = np.dtype(np.float32) if wide else x.dtype  # accumulate="float32": float32 work
+        self.wide = wide
+        self.shape = x.shape if shape is None else shape  # scatter: the output block's, on every rank
+        self.count = x.size if shape is None else int(np.prod(shape, dtype=np.int64))
+        self.mode = mode
+        self.op = op
+        self.kernel_op = kernel_op
+        self.root = root
+        self.choice = choice
+        p, r = ctx.size, ctx.rank
+        self.p, self.rank = p, r
+        self.counts = counts
+        if counts is not None:  # alltoallv: this rank's output is its column of the matrix
+            self.out_count = int(counts[:, r].sum())
+            self.out_shape = (self.out_count,)
+        else:
+            self.out_shape = calls.output_shape(collective, self.shape, p)
+            self.out_count = calls.output_count(collective, self.count, p)
+        self.producing = collective != "barrier" and (collective not in ("reduce", "gather") or r == root)
+        size = self.count if counts is None else int(hashlib.blake2b(counts.tobytes(), digest_size=7).hexdigest(), 16)
+        self.signature = calls.Signature(collective, size, dtype_name(x.dtype), op if collective in REDUCING else "-",
+                                         root, algorithm, f"{choice.algorithm} {sorted(choice.params.items())!r}",
+                                         accumulate or "input", bool(deterministic and collective in REDUCING))
+        # what the agreement compares: the whole signature, or with check="off" only the call's size (collective,
+        # element count, dtype), which the plan runner compares at no cost (see executors.ShmExecutor)
+        self.digest = self.signature.digest() if ctx.check != "off" else \
+            calls.Signature(collective, size, dtype_name(x.dtype), "-", None, "-", "-", "-", False).digest()
+        self.calls = 0
+        self.sent = self.received = self.switch_sent = self.switch_received = 0  # bytes per call
+        self.schedule = None
+        self.general = False
+        self.scratch: np.ndarray | None = None  # work buffer of calls whose partial results the caller never sees
+        self.executor = self._executor(timeout)
+        # the plan runner: one C call runs the call, and its agreement when checking (folded into its waits)
+        self.inline = isinstance(self.executor, ShmExecutor) and not wide
+        self.explicit_agreement = ctx.check != "off" and not self.executor.folds_agreement and p > 1
+        self.full_check = ctx.check == "full" and collective in ("allreduce", "allgather", "broadcast") and p > 1
+        self.finalizing = op == "avg" and collective in REDUCING and self.producing
+        self._kind = _GENERAL if self.general else _IN_SCRATCH if self.scratch is not None else \
+            _BROADCAST if collective == "broadcast" else _GATHER if collective == "allgather" else _IN_WORK
+        # the buffers of the last call through run(), accepted by the quick check (held: a caller's array stays
+        # alive until the next call of this signature, or until the plan is dropped)
+        self._x = self._out = None
+        self.direct = isinstance(self.executor, (NativeExecutor, LocalExecutor))  # run() without the queue
+
+    # -- building ------------------------------------------------------------------------------------------
+    def _executor(self, timeout: float | None):
+        ctx, choice = self.ctx, self.choice
+        if choice.algorithm == "copy" or self.p == 1:
+            return LocalExecutor(self.collective)
+        if choice.algorithm == "native":
+            return NativeExecutor(ctx, self.collective, self.kernel_op, self.root)
+        schedule = self.schedule = self._build_schedule()
+        if schedule.notes:  # a fallback inside the schedule (SHARP or NVLS refused) is part of the reason
+            self.choice = Choice(choice.algorithm, choice.params, "; ".join([choice.reason, *schedule.notes]))
+        # a layout of its own (alltoall's input and output regions, an imported schedule's scratch): the work
+        # buffer is the plan's, the input copied into its input range and the output read from its output range
+        self.general = schedule.regions is not None or self.collective in ALLTOALL
+        if self.general or self.collective == "reduce_scatter" or \
+                (self.collective == "reduce" and self.rank != self.root):
+            self.scratch = np.empty(schedule.work_size, self.work_dtype)
+        self._count_bytes(schedule)
+        if ShmExecutor.serves(schedule, ctx.arena):
+            executor = ShmExecutor(ctx, schedule, self.work_dtype, self.kernel_op, self.digest)
+            if executor.need > ctx.arena.capacity:
+                self._grow(executor.need, timeout)
+            return executor
+        return MessageExecutor(ctx, schedule, self.work_dtype, self.kernel_op, self.choice, self.root, self.params)
+
+    @property
+    def params(self) -> dict:
+        """The choice's parameters, plus dtype and op for builders that take them: in-network builders decide
+        from these what the switches can offload (switch daemons build with the same parameters)."""
+        takes = registry.parameters(self.choice.algorithm)
+        extra = {k: v for k, v in (("dtype", dtype_name(self.work_dtype)), ("op", self.kernel_op))
+                 if k in takes and k not in self.choice.params}
+        return {**self.choice.params, **extra}
+
+    def _build_schedule(self):
+        info = registry.info(self.choice.algorithm)
+        topology = self.ctx.topology if info.needs_topology else None
+        if self.counts is not None:
+            return registry.build(self.choice.algorithm, collective=self.collective, world_size=self.p, count=None,
+                                  counts=self.counts, topology=topology, **self.params)
+        return registry.build(self.choice.algorithm, collective=self.collective, world_size=self.p, count=self.count,
+                              root=self.root, topology=topology, **self.params)
+
+    def _count_bytes(self, schedule) -> None:
+        isz = self.work_dtype.itemsize
+        for node in (self.rank, *range(schedule.world_size, schedule.num_nodes)):
+            if node >= schedule.world_size and (self.ctx.daemons or (node - self.p) % self.p != self.rank):
+                continue  # switch nodes run on daemons, or on another rank (leader emulation)
+            prog = schedule.program(node)
+            length = prog.stop - prog.start
+            sent = int(length[prog.kind == 0].sum()) * isz
+            received = int(length[prog.kind != 0].sum()) * isz
+            if node < schedule.world_size:
+                self.sent, self.received = sent, received
+            else:
+                self.switch_sent += sent
+                self.switch_received += received
+
+    def _grow(self, need: int, timeout: float | None) -> None:
+        """The arena's windows must grow before this plan's first call: collective over the host, so every rank
+        first agrees this call (the same signature means the same need on every rank)."""
+        ctx = self.ctx
+        seq = ctx.seq + 1  # the call this plan is built for (it is issued next)
+        agreement = HostAgreement(ctx.runtime, ctx.arena, CallMeta.of(seq, self.signature), self.digest)
+        limit = ctx.timeout if timeout is None else timeout
+        deadline = None if limit is None else time.monotonic() + limit
+        nap = 0.0
+        while True:
+            try:
+                if agreement.test():
+                    break
+            except CallMismatchError:
+                ctx.seq = seq  # the call is over on every rank (each found the mismatch): its number is spent
+                raise
+            if deadline is not None and time.monotonic() > deadline:
+                ctx.seq = seq
+                peers = agreement.waiting
+                err = CollectiveTimeoutError(
+                    f"rank {self.rank}: {self.collective} #{seq} (algorithm {self.choice.algorithm}) did not complete "
+                    f"within {limit} s in its agreement (before any data moved: the shared windows grow for it, "
+                    f"collectively); awaiting {ctx.peer_labels(peers)}. A peer may be dead, stuck, or have called a "
+                    "different collective; set COLLECTIVES_TIMEOUT or timeout= to wait longer",
+                    collective=self.collective, algorithm=self.choice.algorithm, seq=seq, peers=peers, timeout=limit)
+                ctx.fail(err)
+                raise err
+            advance_others(ctx.queue)  # a peer may wait for this thread's call in flight on another communicator
+            nap = min(1e-3, nap * 2 or 1e-6)
+            time.sleep(nap)
+        ctx.arena.grow(need)
+
+    # -- binding a call's buffers ---------------------------------------------------------------------------
+    def output(self, x: np.ndarray, out):
+        """The array the call returns (None: no output on this rank)."""
+        if not self.producing:
+            return None
+        if self.collective == "broadcast":
+            return x
+        return out if out is not None else np.empty(self.out_shape, self.dtype)
+
+    def bind(self, x: np.ndarray, res):
+        """(work, source) of a schedule executor: the node's state per the collective's contract, and the input
+        still to be read where it lies (None: already in work)."""
+        flat = x.reshape(-1)
+        c = self.collective
+        if self.general:
+            return self.place(flat), None
+        if self.scratch is not None:  # reduce_scatter; reduce off the root
+            return self.scratch, flat
+        if c == "broadcast":
+            return flat, None
+        work = res.reshape(-1)
+        if c == "allgather":
+            n = x.size
+            work[self.rank * n:(self.rank + 1) * n] = flat
+            return work, None
+        return work, (None if res is x else flat)
+
+    def place(self, flat: np.ndarray) -> np.ndarray:
+        """A schedule with its own layout: this rank's input copied into its input range of the plan's work."""
+        rng = self.schedule.input_range(self.rank)
+        if rng is not None:
+            self.scratch[rng[0]:rng[1]] = flat
+        return self.scratch
+
+    def take(self, res) -> None:
+        """... and its output read from its output range."""
+        rng = self.schedule.output_range(self.rank)
+        if rng is not None and res is not None:
+            res.reshape(-1)[...] = self.scratch[rng[0]:rng[1]]
+
+    def finish(self, res):
+        if self.general:
+            self.take(res)
+        elif self.collective == "reduce_scatter":
+            k = self.count // self.p
+            res.reshape(-1)[...] = self.scratch[self.rank * k:(self.rank + 1) * k]
+        if res is not None and self.collective in REDUCING:
+            finalize(res, self.op, self.p)
+        return res
+
+    # -- running ------------------------------------------------------------------------------------------------
+    def run(self, x: np.ndarray, out, timeout: float | None):
+        """One blocking call (the communicator checked the key). The plan runner's calls are bound and started
+        here, without a queue entry, unless something needs the general path (a call in flight, a buffer the
+        quick check does not accept: the validator then raises the precise error, or copies a strided input)."""
+        ctx = self.ctx
+        if not (self.inline and ctx.fast):
+            if self.direct and ctx.fast and not self.wide and calls.buffers_fit(x, out, self.mode, self.out_count):
+                return self._run_direct(x, out, timeout)
+            return self.submit(x, out, False, timeout)
+        if x is not self._x or out is not self._out:  # buffers already accepted are not checked again
+            if not calls.buffers_fit(x, out, self.mode, self.out_count):
+                return self.submit(x, out, False, timeout)
+            self._x, self._out = x, out
+        elif self.mode != calls.NEW and not out.flags.writeable:  # the one flag a caller can change
+            return self.submit(x, out, False, timeout)
+        kind = self._kind
+        if kind == _GENERAL:  # alltoall; a schedule with its own layout
+            res = (out if out is not None else np.empty(self.out_shape, self.dtype)) if self.producing else None
+            work, source = self.place(x.reshape(-1)), None
+        elif kind == _IN_WORK:  # allreduce; reduce on the root
+            res = out if out is not None else np.empty(self.out_shape, self.dtype)
+            work, source = res, (None if res is x else x)
+        elif kind == _IN_SCRATCH:  # reduce_scatter; reduce off the root
+            res = (out if out is not None else np.empty(self.out_shape, self.dtype)) if self.producing else None
+            work, source = self.scratch, x
+        elif kind == _BROADCAST:
+            res = work = x
+            source = None
+        else:  # allgather: this rank's block in place first
+            res = out if out is not None else np.empty(self.out_shape, self.dtype)
+            n = self.count
+            res.reshape(-1)[self.rank * n:(self.rank + 1) * n] = x.reshape(-1)
+            work, source = res, None
+        seq = ctx.seq = ctx.seq + 1
+        self.calls += 1
+        if self.executor.start(work, source, seq) != DONE:  # a late peer or a mismatch: the bounded wait
+            launch = Launch(self, seq, x, out, res, started=True)
+            ctx.queue.submit(launch, False, timeout)
+            return launch.result
+        if kind == _GENERAL:
+            self.take(res)
+        elif kind == _IN_SCRATCH and res is not None:
+            k = self.count // self.p
+            res.reshape(-1)[...] = self.scratch[self.rank * k:(self.rank + 1) * k]
+        if self.finalizing:
+            finalize(res, self.op, self.p)
+        return res
+
+    def _run_direct(self, x: np.ndarray, out, timeout: float | None):
+        """A blocking call of MPI's own collective (or a world of one) without a queue entry when it completes
+        within a short spin: the agreement (when checking), the call, the result."""
+        ctx = self.ctx
+        seq = ctx.seq = ctx.seq + 1
+        self.calls += 1
+        launch = Launch(self, seq, x, out, None, started=False)
+        try:
+            for _ in range(SPIN_POLLS):
+                if launch.advance():
+                    return launch.result
+        except CallMismatchError as exc:
+            ctx.note_mismatch(exc)
+            raise
+        except ctx.runtime.failure as exc:
+            raise ctx.queue.peer_failed(launch, exc) from exc
+        except Exception as exc:  # a local error once issued: the communicator cannot go on (progress.py)
+            ctx.fail(exc)
+            raise
+        ctx.queue.submit(launch, False, timeout)  # the bounded wait, with the full timeout report
+        return launch.result
+
+    def submit(self, x, out, async_op: bool, timeout: float | None):
+        """The general path: validate the buffers, then queue a launch (waited for unless async)."""
+        ctx = self.ctx
+        ctx.check_open()
+        if not calls.buffers_fit(x, out, self.mode, self.out_count):
+            calls.check_buffers(self.collective, x, out, self.p)  # raises the precise error, if any
+            x = np.ascontiguousarray(x)  # a strided input is read through a copy
+        seq = ctx.seq = ctx.seq + 1
+        self.calls += 1
+        launch = Launch(self, seq, x, out, None, started=False)
+        return ctx.queue.submit(launch, async_op, timeout)
+
+    def agreement(self, seq: int):
+        """The explicit agreement of call `seq`, posted now (None when the executor folds it, or check=off)."""
+        if not self.explicit_agreement:
+            return None
+        ctx, meta = self.ctx, CallMeta.of(seq, self.signature)
+        if ctx.arena is not None:
+            return HostAgreement(ctx.runtime, ctx.arena, meta, self.digest)
+        return Agreement(ctx.runtime, meta, self.rank)
+
+
+class Launch:
+    """One issued call of a plan in the queue: agreement (if explicit) -> start -> progress -> finish ->
+    (check="full") result check."""
+
+    __slots__ = ("plan", "seq", "x", "out", "res", "done", "error", "result", "stage", "_agreement", "_state",
+                 "_report", "_post", "_wide_out")
+
+    def __init__(self, plan: Plan, seq: int, x, out, res, started: bool) -> None:
+        self.plan, self.seq, self.x, self.out = plan, seq, x, out
+        self.res = res
+        self.done = False
+        self.error: BaseException | None = None
+        self.result = None
+        self._agreement = None
+        self._report: MismatchReport | None = None
+        self._post: ResultCheck | None = None
+        self._wide_out = None
+        self._state = "run" if started else "agree"
+        self.stage = "running" if started else "agreement"
+
+    @property
+    def events(self) -> int:
+        return self.plan.executor.events if self._state == "run" else 0
+
+    def where(self) -> tuple:
+        if self._state == "agree" and self._agreement is not None and hasattr(self._agreement, "waiting"):
+            return None, None, self._agreement.waiting, None
+        if self._state == "run":
+            return self.plan.executor.where()
+        return None, None, (), None
+
+    def cancel(self) -> None:
+        if self._state == "run":
+            self.plan.executor.cancel()
+
+    def advance(self, blocking: bool = True) -> bool:
+        """Progress without blocking for long: a blocking waiter lets the plan runner poll a wait POLLS times, a
+        test() returns at the first wait that has not passed."""
+        plan = self.plan
+        polls = POLLS if blocking else 0
+        if self._report is not None:
+            return self._report.test()  # raises the mismatch once every rank's record is in
+        if self._state == "agree":
+            if self._agreement is None:
+                self._agreement = plan.agreement(self.seq)
+            if self._agreement is not None and not self._agreement.test():
+                return False
+            self._start(polls)
+            if self._report is not None:  # the plan runner found a mismatch as the call started
+                return self._report.test()
+        if self._state == "run":
+            status = plan.executor.resume(polls)
+            if status == MISMATCH:
+                return self._mismatch()
+            if status != DONE:
+                return False
+            self.result = self._finish()
+            if plan.full_check and isinstance(self.result, np.ndarray):
+                self._post = ResultCheck(plan.ctx.runtime, self.result, self.seq, plan.collective, plan.rank)
+            self._state, self.stage = "post", "result check"
+        if self._post is not None:
+            return self._post.test()
+        return True
+
+    def _start(self, polls: int) -> None:
+        plan = self.plan
+        self._state, self.stage = "run", "running"
+        x, out = self.x, self.out
+        if plan.wide:  # accumulate="float32": run on float32, round once into the caller's dtype at the end
+            self._wide_out = plan.output(x, out)
+            x, out = x.astype(np.float32), None
+        ex = plan.executor
+        if isinstance(ex, (LocalExecutor, NativeExecutor)):
+            self.res = ex.launch(plan, x, out, self.seq)
+            return
+        res = self.res = plan.output(x, out) if not plan.wide else \
+            (np.empty(plan.out_shape, np.float32) if plan.producing else None)
+        if plan.wide and plan.collective == "broadcast":
+            res = self.res = x
+        work, source = plan.bind(x, res)
+        if ex.start(work, source, self.seq, polls) == MISMATCH:
+            self._mismatch()
+
+    def _finish(self):
+        plan = self.plan
+        ex = plan.executor
+        res = ex.finish_native(plan, self.res) if isinstance(ex, (LocalExecutor, NativeExecutor)) \
+            else plan.finish(self.res)
+        if plan.wide and res is not None:
+            target = self._wide_out if self._wide_out is not None else np.empty(plan.out_shape, plan.dtype)
+            round_into(target.reshape(-1), np.ascontiguousarray(res).reshape(-1))
+            res = target
+        return res
+
+    def _mismatch(self) -> bool:
+        plan = self.plan
+        ctx = plan.ctx
+        self._report = MismatchReport(ctx.runtime, CallMeta.of(self.seq, plan.signature), plan.rank, ctx.arena)
+        return self._report.test()
+
+
+__all__ = ["Launch", "Plan"]

@@ -1,0 +1,188 @@
+"""The arena: a communicator's shared memory when all its ranks share one host.
+
+Two kinds of segment over the host's ranks (the runtime's `shared_segments`: MPI-3 shared windows under MPI,
+POSIX shared memory without an MPI launcher), each mapped by every rank:
+
+* the control blocks: per rank `CTRL_WORDS` int64 (csrc/plan.h, `coll_ctrl_word`): its `done` counter, two
+  signature slots (call number, signature hash) and a poison word in one cache line, its `read` counter in the
+  next. The counters carry the plan runner's progress; the signature slots carry the call agreement (every rank
+  writes what it is calling, every rank compares with every peer before its call returns), so on one host the
+  agreement costs no extra synchronisation;
+* the data windows: per rank a *mirror* of the ranges its peers read (see plan.py), grown collectively
+  (doubling) when a call needs more.
+
+Created once per communicator, at `collectives.init`, when every rank of the communicator is on this host and
+COLLECTIVES_SHM is on (collective over the communicator).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import environment
+
+try:
+    from collectives._ckernels import ffi, lib
+except ImportError:  # no C extension: numpy stores and loads (fenced where the CPU needs it)
+    ffi = lib = None
+
+# csrc/plan.h: enum coll_ctrl_word
+DONE, SIG_SEQ, SIG_HASH, POISON, READ, CTRL_WORDS = 0, 1, 2, 5, 8, 16
+MATCH, NOT_STARTED, MISMATCH, POISONED = 1, 0, -1, -2
+
+
+def enabled() -> bool:
+    """Shared memory may serve calls (COLLECTIVES_SHM)."""
+    return environment.get("COLLECTIVES_SHM")
+
+
+class Arena:
+    """Control and data windows of one communicator whose ranks all share this host."""
+
+    def __init__(self, runtime) -> None:
+        """`runtime`: the communicator's runtime, every rank of which is on this host (the caller checked)."""
+        self.runtime = runtime
+        self.rank = runtime.rank
+        self.size = runtime.size
+        self.ctrl_segments = runtime.shared_segments(CTRL_WORDS * 8)
+        self.ctrl = [v.view(np.int64) for v in self.ctrl_segments.views]
+        self.ctrl[self.rank][:] = 0
+        self.ctrl[self.rank][SIG_SEQ] = self.ctrl[self.rank][SIG_SEQ + 2] = -1  # no call signed yet
+        self.data = None  # the data segments, once a call needs them
+        self.capacity = 0
+        self.generation = 0  # bumped whenever the data windows are replaced (runners rebind their pointers)
+        self.views: list[np.ndarray] = []
+        self._typed: dict = {}
+        self._c_ctrl = None
+        self._c_windows = None
+        self.sync()
+
+    # -- data windows -------------------------------------------------------------------------------------
+    def grow(self, nbytes: int) -> None:
+        """Collective over the host: (re)allocate every rank's data window to at least nbytes (doubling)."""
+        cap = max(4096, self.capacity)
+        while cap < nbytes:
+            cap *= 2
+        self.views, self._typed, self._c_windows = [], {}, None
+        if self.data is not None:
+            self.data.free()
+        self.data = self.runtime.shared_segments(cap)
+        self.views = self.data.views
+        self.capacity = cap
+        self.generation += 1
+
+    def typed(self, dtype: np.dtype, count: int) -> list[np.ndarray]:
+        """Every rank's window as `count` elements of `dtype` (cached per dtype and count)."""
+        key = (dtype, count)
+        views = self._typed.get(key)
+        if views is None:
+            if len(self._typed) > 64:
+                self._typed.clear()
+            n = count * dtype.itemsize
+            views = self._typed[key] = [v[:n].view(dtype) for v in self.views]
+        return views
+
+    # -- what the C plan runner points at ---------------------------------------------------------------
+    def c_ctrl(self):
+        """Every rank's control block as `int64_t *[]` (built once; keeps the window memory referenced)."""
+        if self._c_ctrl is None:
+            keep = [ffi.from_buffer(c) for c in self.ctrl]
+            pointers = [ffi.cast("int64_t *", k) for k in keep]
+            self._c_ctrl = (ffi.new("int64_t *[]", pointers), pointers, keep)
+        return self._c_ctrl[0]
+
+    def c_buffers(self):
+        """A new `char *[]` for a runner: work and source (set per call), then every rank's data window."""
+        if self._c_windows is None:
+            keep = [ffi.from_buffer(v) for v in self.views]
+            self._c_windows = ([ffi.cast("char *", k) for k in keep], keep)
+        return ffi.new("char *[]", [ffi.NULL, ffi.NULL, *self._c_windows[0]])
+
+    # -- counters and the call agreement, from Python ------------------------------------------------------
+    def fence(self) -> None:
+        self.ctrl_segments.sync()
+
+    def sync(self) -> None:
+        """A barrier of the host's ranks, bounded (setup only: a call never waits on one)."""
+        import time
+
+        req, deadline = self.runtime.ibarrier(), time.monotonic() + (environment.get("COLLECTIVES_TIMEOUT") or 1e9)
+        while not req.Test():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the host's ranks did not all create the shared-memory arena in time")
+            time.sleep(1e-5)
+
+    def counter(self, q: int, which: int) -> int:
+        self.fence()
+        return int(self.ctrl[q][which])
+
+    def publish(self, value: int, read_only: bool = False) -> None:
+        """read[me] (and done[me] unless read_only) = value, after every store before it (release)."""
+        self.fence()
+        mine = self.ctrl[self.rank]
+        mine[READ] = value
+        if not read_only:
+            mine[DONE] = value
+
+    def sign(self, seq: int, signature: int) -> None:
+        """Write this rank's signature slot for call `seq`."""
+        if lib is not None:
+            lib.coll_ctrl_sign(self._c_ctrl_ptr(self.rank), seq, signature)
+            return
+        mine, slot = self.ctrl[self.rank], (seq & 1) * 2
+        mine[SIG_HASH + slot] = signature
+        self.fence()
+        mine[SIG_SEQ + slot] = seq
+
+    def poison(self, seq: int) -> None:
+        """Tell peers this rank found a mismatch of call `seq`."""
+        if lib is not None:
+            lib.coll_ctrl_poison(self._c_ctrl_ptr(self.rank), seq)
+            return
+        self.fence()
+        self.ctrl[self.rank][POISON] = seq
+
+    def compare(self, q: int, seq: int, signature: int) -> int:
+        """MATCH, NOT_STARTED, MISMATCH or POISONED: rank q's view of call `seq` (coll_ctrl_compare)."""
+        if lib is not None:
+            return int(lib.coll_ctrl_compare(self._c_ctrl_ptr(q), seq, signature))
+        self.fence()
+        c, slot = self.ctrl[q], (seq & 1) * 2
+        if c[POISON] == seq:
+            return POISONED
+        if c[SIG_SEQ + slot] != seq:
+            return NOT_STARTED
+        return MATCH if c[SIG_HASH + slot] == signature else MISMATCH
+
+    def _c_ctrl_ptr(self, q: int):
+        if self._c_ctrl is None:
+            self.c_ctrl()
+        return self._c_ctrl[1][q]
+
+    def resynchronise(self, value: int) -> None:
+        """After a mismatch (every rank stopped its call wherever it was): every rank's counters restart at the
+        same `value` (the caller agreed it over MPI, at least every rank's done counter)."""
+        self.publish(value)
+
+    def free(self) -> None:
+        if self.data is not None:
+            self.data.free()
+            self.data = None
+        self.ctrl_segments.free()
+
+
+def create(runtime, one_host: bool) -> Arena | None:
+    """The arena of the runtime's ranks (collective), or None when shared memory cannot serve them: not every
+    rank on this host (`one_host`, agreed by every rank), or COLLECTIVES_SHM=0 on any rank."""
+    import time
+
+    want = np.array([int(one_host and enabled())], np.int64)
+    agreed = np.zeros(1, np.int64)
+    req = runtime.iallreduce(want, agreed, "min")
+    while not req.Test():
+        time.sleep(1e-6)
+    return Arena(runtime) if agreed[0] else None
+
+
+__all__ = ["Arena", "CTRL_WORDS", "DONE", "MATCH", "MISMATCH", "NOT_STARTED", "POISONED", "READ", "create",
+           "enabled"]

@@ -1,0 +1,100 @@
+"""Shared-memory execution of schedules: ranks on one host read their peers' windows directly.
+
+The same schedule the message executor runs (transport/messages.py) runs here without MPI messages. Every rank
+keeps its node state in a work buffer (usually the caller's output: receives land there, no copy-out) and
+exposes in its shared window (arena.py) a *mirror* of the ranges its peers read; a SEND of the schedule only
+says which peer reads which range of this rank's window in which round. A receive of [a, b) from node q is a
+direct read of q's window range, landed as `collectives.execution.land_receives` lands it (a store is one copy,
+a run of reduce-receives into one range is ONE fused reduction over the local value and every sender's range,
+operands in source-node order), so results are bitwise the emulator's. What the window holds and what each
+round waits for is decided once per schedule and rank (`plan.ShmPlan`), lowered once to instructions
+(`program.compile_plan`) and executed by the C plan runner or its Python interpreter (program.py).
+
+Used when every rank of the communicator shares this host and every node of the schedule is a rank (switch
+nodes, emulated on ranks or run by daemons, take the message path).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...schedule import Schedule
+from . import program as _program
+from .arena import Arena
+from .plan import ShmPlan
+
+# a wait that does not pass within this many polls returns to the caller's waiter (which checks the deadline):
+# ~1024 yields, or ~25 us of pauses when every rank has a core
+POLLS = 1024
+
+
+def eligible(schedule: Schedule, arena: Arena | None) -> bool:
+    """Can `schedule` run over this arena (every node a rank, the arena's ranks are the schedule's)?"""
+    return arena is not None and schedule.num_nodes == schedule.world_size and arena.size == schedule.world_size \
+        and schedule.world_size > 1
+
+
+class ShmExecutor:
+    """One call signature's program over the arena: `start(work, source, seq)` begins a call (the C runner or
+    the interpreter, compiled once per input mode: `source` given = lazy input read where it lies) and runs it
+    as far as it goes; `resume()` continues. Statuses as program.Runner's."""
+
+    folds_agreement = True  # the call agreement rides on the program's waits (csrc/plan.h)
+
+    def __init__(self, arena: Arena, schedule: Schedule, dtype: np.dtype, op: str, signature: int, check: bool,
+                 oversubscribed: bool) -> None:
+        self.arena = arena
+        self.splan = ShmPlan.build(schedule, arena.rank)
+        self.dtype = np.dtype(dtype)
+        self.op = op
+        self.signature = signature
+        self.check = check
+        self.yield_cpu = int(oversubscribed)
+        self.need = schedule.work_size * self.dtype.itemsize  # window bytes every rank needs (same on all)
+        self.kernel = _program.c_kernel(self.dtype, op, self.need)
+        self._programs: dict[bool, _program.Program] = {}
+        self._engines: dict[bool, _program.Runner | _program.Interpreter] = {}
+        self.engine: _program.Runner | _program.Interpreter | None = None  # the call in flight
+
+    @property
+    def native(self) -> bool:
+        """The C plan runner executes this plan (else the Python interpreter of the same program)."""
+        return self.kernel is not None
+
+    def _engine(self, lazy: bool):
+        engine = self._engines.get(lazy)
+        if engine is None or engine.generation != self.arena.generation:
+            program = self._programs.get(lazy)
+            if program is None:
+                program = self._programs[lazy] = _program.compile_plan(self.splan, self.dtype.itemsize, lazy)
+            if self.kernel is not None:
+                engine = _program.Runner(program, self.arena, self.kernel, self.signature, self.check)
+            else:
+                engine = _program.Interpreter(program, self.arena, self.dtype, self.op, self.signature, self.check)
+            self._engines[lazy] = engine
+        return engine
+
+    def start(self, work: np.ndarray, source: np.ndarray | None, seq: int, polls: int = POLLS) -> int:
+        engine = self.engine = self._engine(source is not None)
+        return engine.start(work, source, seq, polls, self.yield_cpu)
+
+    def resume(self, polls: int = POLLS) -> int:
+        """Continue the call; `polls` = 0: return at the first wait that has not passed (Work.test())."""
+        return self.engine.resume(polls, self.yield_cpu)
+
+    # -- what a waiter reports --------------------------------------------------------------------------
+    @property
+    def events(self) -> int:
+        return self.engine.events if self.engine is not None else 0
+
+    def where(self) -> tuple[int | None, int | None, tuple[int, ...], int]:
+        """(round, op index, awaited peers, last completed round) of the call in flight."""
+        e = self.engine
+        if e is None:
+            return None, None, (), -1
+        program = e.program
+        peers = (e.waiting,) if e.waiting >= 0 else ()
+        return program.round_at(e.ip), None, peers, program.last_completed(e.ip)
+
+
+__all__ = ["POLLS", "ShmExecutor", "eligible"]

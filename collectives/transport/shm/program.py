@@ -1,0 +1,354 @@
+"""A rank's shared-memory plan lowered to ONE instruction stream, and the two things that execute it.
+
+`compile_plan` turns a `plan.ShmPlan` into the plan runner's instruction words (csrc/plan.h): per round the
+waits on peers' counters, the landings (a copy, or one fused REDUCE over the operands sorted by source node,
+the local value counting as the node's own: exactly `collectives.execution.land_receives`), the mirror and
+input copies, and the counter publications; CHECK_ALL before END completes the call agreement (plan.h).
+
+Two executors of the same words, with the same counters, so calls run by either interleave freely on one arena:
+* `Runner`: csrc/plan.c through cffi, the whole call in one C call (it returns only at a wait that does not
+  pass within its polls, so the caller can check its deadline);
+* `Interpreter`: the same words in Python, numpy copies and `kernels.reduce_into` (used without the C
+  extension, for dtypes or thread splits the C kernels do not serve, and with COLLECTIVES_SHM_C=0).
+
+Buffers are numbered: WORK (the node's state, usually the caller's output), SOURCE (the caller's input while
+the node's value still lives there: lazy input), then WINDOW + q for rank q's shared window.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ... import environment, kernels
+from ...kernels._dtypes import OP_CODES
+from ...kernels._parallel import MIN_SLICE_BYTES
+from ...schedule import OpKind
+from . import arena as _arena
+
+try:
+    from collectives._ckernels import ffi, lib
+except ImportError:  # no C extension: the interpreter runs every program
+    ffi = lib = None
+
+WORK, SOURCE, WINDOW = 0, 1, 2
+END, WAIT_DONE, WAIT_READ, COPY, REDUCE, PUBLISH, SET_READ, CHECK_ALL = range(8)
+DONE, WAITING, MISMATCH = 0, 1, -4  # csrc/plan.h: enum coll_plan_status
+NAP_NS = 20_000  # asked for; Linux adds up to its 50 us default timer slack, so a nap lasts ~20-70 us
+
+
+def c_enabled() -> bool:
+    """The C plan runner may execute programs (the extension loaded, COLLECTIVES_SHM_C on)."""
+    return lib is not None and environment.get("COLLECTIVES_SHM_C")
+
+
+def c_kernel(dtype: np.dtype, op: str, nbytes: int) -> tuple[int, int, int] | None:
+    """(kind, dtype code, op code) for the C runner, or None when its reductions would not be the ones
+    `reduce_into` makes (no C kernel for the dtype, or `reduce_into` would split the call over threads)."""
+    if not c_enabled() or op not in OP_CODES:
+        return None
+    if kernels.get_threads() > 1 and nbytes >= 2 * MIN_SLICE_BYTES:
+        return None
+    found = kernels.c_kernel(dtype)
+    return None if found is None else (found[0], found[1], OP_CODES[op])
+
+
+@dataclass
+class Program:
+    """Instruction words and, for error reports, which schedule round each word belongs to."""
+
+    code: np.ndarray  # int64 words
+    round_starts: list[int]  # word index where each round's instructions begin
+    rounds: list[int]  # the schedule round of each entry of round_starts
+
+    def round_at(self, ip: int) -> int | None:
+        i = bisect.bisect_right(self.round_starts, ip) - 1
+        return self.rounds[i] if i >= 0 and self.rounds[i] >= 0 else None
+
+    def last_completed(self, ip: int) -> int:
+        i = bisect.bisect_right(self.round_starts, ip) - 1
+        return self.rounds[i - 1] if i >= 1 else -1
+
+
+def _copy_words(dst: int, src: int, lo: int, hi: int, itemsize: int) -> tuple[int, ...]:
+    """COPY of elements [lo, hi) from buffer src to the same range of buffer dst (nothing when empty)."""
+    return (COPY, dst, lo * itemsize, src, lo * itemsize, (hi - lo) * itemsize) if hi > lo else ()
+
+
+def _reduce_words(dst: int, lo: int, hi: int, sources: list[tuple[int, int]], itemsize: int) -> list[int]:
+    """REDUCE into elements [lo, hi) of buffer dst of the (buffer, first element) operands, in the order given."""
+    words = [REDUCE, dst, lo * itemsize, hi - lo, len(sources)]
+    for b, first in sources:
+        words.extend((b, first * itemsize))
+    return words
+
+
+def compile_plan(splan, itemsize: int, lazy: bool) -> Program:
+    """The program for `splan` (a plan.ShmPlan) with elements of `itemsize` bytes. `lazy`: the node's input is
+    read from SOURCE until written (out-of-place call), else it is already in WORK."""
+    words: list[int] = []
+    origin = SOURCE if lazy else WORK
+
+    def copy(dst: int, src: int, lo: int, hi: int) -> None:
+        words.extend(_copy_words(dst, src, lo, hi, itemsize))
+
+    mine = WINDOW + splan.node
+    if splan.writes_window:
+        # nobody still reads this rank's window for the previous call
+        for q in range(splan.world_size):
+            if q != splan.node:
+                words.extend((WAIT_READ, q, 0))
+        for lo, hi in splan.copy_in:
+            copy(mine, origin, lo, hi)
+    words.extend((PUBLISH, splan.start_offset))
+    round_starts, rounds = [], []
+    for r in splan.rounds:
+        round_starts.append(len(words))
+        rounds.append(r.k)
+        for q, off in r.data_waits:
+            words.extend((WAIT_DONE, q, off))
+        for g, fresh in zip(r.groups, r.fresh, strict=True):
+            a, b = g[0].start, g[0].stop
+            local = WORK
+            if lazy and fresh:
+                if len(fresh) == 1 and fresh[0] == (a, b):
+                    local = SOURCE  # the node's value of the whole target is still the input
+                else:
+                    for lo, hi in fresh:
+                        copy(WORK, SOURCE, lo, hi)
+            # a peer's end of the message is [o.remote, o.remote + length) of its window (its own range: the
+            # position invariant makes it [a, b), alltoall and imported schedules need not)
+            if g[0].kind == OpKind.RECV and len(g) == 1:
+                o = g[0]
+                if b > a:
+                    words.extend((COPY, WORK, a * itemsize, WINDOW + o.peer, o.remote * itemsize, (b - a) * itemsize))
+                continue
+            operands = [(o.peer, (WINDOW + o.peer, o.remote)) for o in g]
+            if g[0].kind == OpKind.RECV_REDUCE:
+                operands.append((splan.node, (local, a)))
+            operands.sort(key=lambda item: item[0])  # stable, as land_receives
+            words.extend(_reduce_words(WORK, a, b, [src for _, src in operands], itemsize))
+        if r.mirror:
+            words.extend((SET_READ, 1 + r.k + 1))  # this round's reads are over
+            for q, off in r.mirror_waits:
+                words.extend((WAIT_READ, q, off))
+            for lo, hi in r.mirror:
+                copy(mine, WORK, lo, hi)
+        if lazy:
+            for lo, hi, unwritten in r.copy_next_parts:
+                copy(mine, SOURCE if unwritten else WORK, lo, hi)
+        else:
+            for lo, hi in r.copy_next:
+                copy(mine, WORK, lo, hi)
+        words.extend((PUBLISH, r.advance_to))
+    round_starts.append(len(words))
+    rounds.append(-1)
+    if lazy:
+        for lo, hi in splan.never_written:
+            copy(WORK, SOURCE, lo, hi)
+    words.extend((CHECK_ALL, END))
+    return Program(np.array(words, dtype=np.int64), round_starts, rounds)
+
+
+class Runner:
+    """A Program executed by the C plan runner, one call at a time: `start(work, source, seq, polls, yield_cpu)`
+    starts a call and `resume(polls, yield_cpu)` continues it; both return DONE, WAITING (a wait did not pass
+    within `polls` polls: `waiting` is the peer awaited) or MISMATCH (the ranks run different calls: `waiting`
+    is the peer, `poisoned` whether it only passed the news on). Reused call after call: its C state and pointer
+    arrays are built once, so a call costs two pointer stores and one C call."""
+
+    __slots__ = ("program", "call", "buffers", "keep", "generation", "half", "_work", "_source")
+
+    def __init__(self, program: Program, arena: _arena.Arena, kernel: tuple[int, int, int], signature: int,
+                 check: bool) -> None:
+        self.program = program
+        self.generation = arena.generation  # the data windows the buffer array points into
+        self.buffers = arena.c_buffers()
+        code = ffi.cast("int64_t *", ffi.from_buffer(program.code))
+        checked = ffi.new("unsigned char[]", arena.size)
+        call = self.call = ffi.new("struct coll_plan_call *")
+        call.code = code
+        call.buffers = self.buffers
+        call.ctrl = arena.c_ctrl()
+        call.checked = checked
+        call.me, call.nranks = arena.rank, arena.size
+        call.kind, call.dtype, call.op = kernel
+        call.signature = signature
+        call.check = int(check)
+        call.waiting = -1
+        call.nap_after_ns = environment.get("COLLECTIVES_NAP_AFTER_US") * 1000
+        call.nap_ns = NAP_NS
+        self.half = kernel[0] == 1  # 16-bit floats: ml_dtypes arrays need a uint16 view for from_buffer
+        self.keep = (program, code, checked)  # cffi does not keep what struct fields point to alive
+        # the arrays the buffer pointers were last taken from (held, so their memory stays valid): a call on the
+        # same arrays as the last one reuses the pointers
+        self._work = self._source = None
+
+    def start(self, work: np.ndarray, source: np.ndarray | None, seq: int, polls: int, yield_cpu: int) -> int:
+        """Start call `seq` on contiguous `work` (and `source`, the lazy input; any shape) and run it as far as it
+        goes; the counters' base is read in C when the call starts."""
+        buffers = self.buffers
+        if work is not self._work:
+            self._work = work
+            buffers[0] = ffi.from_buffer(work.view(np.uint16) if self.half else work)
+        if source is not self._source:
+            self._source = source
+            buffers[1] = ffi.from_buffer(source.view(np.uint16) if self.half else source) \
+                if source is not None else ffi.NULL
+        call = self.call
+        call.seq = seq
+        return self._status(lib.coll_plan_run(call, polls, yield_cpu, 1))
+
+    def resume(self, polls: int, yield_cpu: int) -> int:
+        return self._status(lib.coll_plan_run(self.call, polls, yield_cpu, 0))
+
+    def _status(self, rc: int) -> int:
+        if rc >= MISMATCH:
+            return rc
+        raise RuntimeError(f"shared-memory plan runner failed ({rc}) at word {self.call.ip}: a bug in collectives "
+                           "(set COLLECTIVES_SHM_C=0 to use the Python interpreter of the same program)")
+
+    @property
+    def ip(self) -> int:
+        return self.call.ip
+
+    @property
+    def waiting(self) -> int:
+        return self.call.waiting
+
+    @property
+    def poisoned(self) -> bool:
+        return bool(self.call.poisoned)
+
+    @property
+    def events(self) -> int:
+        return self.call.events
+
+
+class Interpreter:
+    """The same Program executed in Python (see the module docstring): numpy copies between byte views,
+    `kernels.reduce_into` on typed views, counters and signature slots through the arena. Same interface and
+    statuses as `Runner`."""
+
+    def __init__(self, program: Program, arena: _arena.Arena, dtype: np.dtype, op: str, signature: int,
+                 check: bool) -> None:
+        self.program = program
+        self.arena = arena
+        self.dtype = np.dtype(dtype)
+        self.op = op
+        self.signature = signature
+        self.check = check
+        self.generation = arena.generation
+        self.ip = 0
+        self.base = 0
+        self.seq = 0
+        self.waiting = -1
+        self.poisoned = False
+        self.events = 0
+        self.checked: list[bool] = []
+        self.buffers: list[np.ndarray] = []
+
+    def start(self, work: np.ndarray, source: np.ndarray | None, seq: int, polls: int, yield_cpu: int) -> int:
+        a = self.arena
+        self.buffers = [work.reshape(-1).view(np.uint8),
+                        (source if source is not None else work).reshape(-1).view(np.uint8), *a.views]
+        self.ip, self.seq, self.events, self.waiting, self.poisoned = 0, seq, 0, -1, False
+        self.base = a.counter(a.rank, _arena.DONE)
+        self.checked = [q == a.rank for q in range(a.size)]
+        if self.check:
+            a.sign(seq, self.signature)
+        return self.resume(polls, yield_cpu)
+
+    def _peer_state(self, q: int) -> int:
+        """-1: mismatch (waiting/poisoned set), else 0; marks q checked once it started the same call (after which
+        only its poison word can tell of a mismatch found elsewhere)."""
+        if not self.check:
+            return 0
+        state = self.arena.compare(q, self.seq, self.signature)
+        if self.checked[q]:
+            if state == _arena.POISONED:
+                self.waiting, self.poisoned = q, True
+                return -1
+            return 0
+        if state == _arena.MATCH:
+            self.checked[q] = True
+            return 0
+        if state < 0:
+            self.waiting, self.poisoned = q, state == _arena.POISONED
+            return -1
+        return 0
+
+    def _wait(self, q: int, which: int, target: int, checked_wait: bool, polls: int, yield_cpu: int) -> int:
+        a = self.arena
+        for i in range(polls + 1):
+            if a.counter(q, which) >= target:
+                return -1 if checked_wait and self._peer_state(q) else 1
+            if checked_wait and self._peer_state(q):
+                return -1
+            if yield_cpu and i < polls:
+                time.sleep(0)
+        return 0
+
+    def _stop(self, status: int) -> int:
+        if status == MISMATCH:
+            self.arena.poison(self.seq)
+        return status
+
+    def resume(self, polls: int, yield_cpu: int) -> int:
+        code, a, bufs, base = self.program.code, self.arena, self.buffers, self.base
+        while True:
+            i = self.ip
+            w = code[i]
+            if w == END:
+                self.waiting = -1
+                return DONE
+            if w in (WAIT_DONE, WAIT_READ):
+                q, off = int(code[i + 1]), int(code[i + 2])
+                which = _arena.DONE if w == WAIT_DONE else _arena.READ
+                rc = self._wait(q, which, base + off, off > 0, polls, yield_cpu)
+                if rc < 0:
+                    return self._stop(MISMATCH)
+                if rc == 0:
+                    self.waiting = q
+                    return WAITING
+                self.events += 1
+                self.ip = i + 3
+            elif w == CHECK_ALL:
+                for q in range(a.size):
+                    if not self.check or self.checked[q]:
+                        continue
+                    if self._peer_state(q):
+                        return self._stop(MISMATCH)
+                    if not self.checked[q]:
+                        self.waiting = q
+                        return WAITING
+                self.ip = i + 1
+            elif w == COPY:
+                d, doff, s, soff, n = (int(v) for v in code[i + 1:i + 6])
+                bufs[d][doff:doff + n] = bufs[s][soff:soff + n]
+                self.ip = i + 6
+            elif w == REDUCE:
+                d, doff, count, n = (int(v) for v in code[i + 1:i + 5])
+                nbytes, dt = count * self.dtype.itemsize, self.dtype
+                operands = [bufs[b][off:off + nbytes].view(dt)
+                            for b, off in zip(code[i + 5:i + 5 + 2 * n:2].tolist(), code[i + 6:i + 6 + 2 * n:2].tolist(),
+                                              strict=True)]
+                a.fence()
+                kernels.reduce_into(bufs[d][doff:doff + nbytes].view(dt), operands, self.op)
+                self.ip = i + 5 + 2 * n
+            elif w == PUBLISH:
+                a.publish(base + int(code[i + 1]))
+                self.events += 1
+                self.ip = i + 2
+            elif w == SET_READ:
+                a.publish(base + int(code[i + 1]), read_only=True)
+                self.ip = i + 2
+            else:
+                raise RuntimeError(f"shared-memory program: bad instruction {int(w)} at word {i}")
+
+
+__all__ = ["DONE", "Interpreter", "MISMATCH", "Program", "Runner", "WAITING", "c_enabled", "c_kernel",
+           "compile_plan"]

@@ -1,0 +1,152 @@
+"""Pieces of the MPI transport that need no launcher: measured decisions, auto's choice, the validator, the
+lowering of a rank's shared-memory plan, and the one-rank warning."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from collectives import algorithms, decisions
+from collectives.transport import calls, choose
+from collectives.transport.host import Host, warn_if_alone
+from collectives.transport.shm import program
+from collectives.transport.shm.plan import ShmPlan
+
+HOST2 = Host(ranks_per_host=2, cores=2, one_host=True, hosts=1)
+HOST4 = Host(ranks_per_host=4, cores=2, one_host=True, hosts=1)
+
+
+def _doc(*tables) -> dict:
+    return decisions.document(list(tables), "test")
+
+
+def test_a_table_picks_the_first_row_above_the_size(tmp_path):
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps(_doc({"collective": "allreduce", "transport": "shm", "ranks": 2,
+                                     "oversubscribed": False,
+                                     "rows": [[4096, "one_shot", {}], [1 << 20, "ring", {}],
+                                              [None, "ring", {"chunks": 8}]]})))
+    pick = lambda n: decisions.lookup("allreduce", n, transport="shm", ranks=2, oversubscribed=False,  # noqa: E731
+                                      path=str(path))
+    assert pick(8).algorithm == "one_shot" and pick(4095).algorithm == "one_shot"
+    assert pick(4096).algorithm == "ring" and pick(4096).params == {}
+    assert pick(64 << 20).params == {"chunks": 8} and pick(64 << 20).span.startswith(">=")
+    assert decisions.lookup("broadcast", 8, transport="shm", ranks=2, oversubscribed=False, path=str(path)) is None
+
+
+def test_the_nearest_rank_count_of_the_same_oversubscription_serves(tmp_path):
+    path = tmp_path / "d.json"
+    rows = lambda name: [[None, name, {}]]  # noqa: E731
+    path.write_text(json.dumps(_doc(
+        {"collective": "allreduce", "transport": "shm", "ranks": 2, "oversubscribed": False, "rows": rows("a2")},
+        {"collective": "allreduce", "transport": "shm", "ranks": 4, "oversubscribed": True, "rows": rows("a4")},
+        {"collective": "allreduce", "transport": "shm", "ranks": 8, "oversubscribed": True, "rows": rows("a8")})))
+    look = lambda r, o: decisions.lookup("allreduce", 8, transport="shm", ranks=r, oversubscribed=o,  # noqa: E731
+                                         path=str(path)).algorithm
+    assert look(3, False) == "a2" and look(3, True) == "a4" and look(6, True) == "a8" and look(16, True) == "a8"
+
+
+@pytest.mark.parametrize("bad,match", [({"format": "other"}, "not a decisions file"),
+                                       (_doc({"collective": "allreduce"}), "malformed"),
+                                       (_doc({"collective": "allreduce", "transport": "shm", "ranks": 2,
+                                              "oversubscribed": False, "rows": [[8, "a", {}], [4, "b", {}]]}),
+                                        "strictly increasing")])
+def test_bad_decision_files_say_what_is_wrong(tmp_path, bad, match):
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match=match):
+        decisions.tables(str(path))
+
+
+def test_a_missing_decisions_file_says_how_to_make_one(tmp_path):
+    with pytest.raises(FileNotFoundError, match="collectives calibrate --decisions"):
+        decisions.tables(str(tmp_path / "nope.json"))
+
+
+def test_the_default_decisions_load_and_cover_every_collective():
+    covered = {t.collective for t in decisions.tables()}
+    assert {"allreduce", "reduce_scatter", "allgather", "broadcast", "reduce"} <= covered
+
+
+def test_auto_reads_the_decisions_and_says_why(monkeypatch, tmp_path):
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps(_doc({"collective": "allreduce", "transport": "shm", "ranks": 2,
+                                     "oversubscribed": False, "rows": [[1024, "native", {}], [None, "ring", {}]]})))
+    monkeypatch.setenv("COLLECTIVES_DECISIONS", str(path))
+    small = choose.auto("allreduce", 8, np.dtype(np.float32), 2, HOST2, True)
+    assert small.algorithm == "native" and "MPI's own" in small.reason and str(path) in small.reason
+    # MPI cannot reduce bfloat16: the library's schedule instead, and the reason says so
+    import ml_dtypes
+    bf = choose.auto("allreduce", 8, np.dtype(ml_dtypes.bfloat16), 2, HOST2, True)
+    assert bf.algorithm != "native" and "bfloat16" in bf.reason
+    assert choose.auto("allreduce", 1 << 20, np.dtype(np.float32), 2, HOST2, True).algorithm == "ring"
+    assert choose.auto("allreduce", 8, np.dtype(np.float32), 1, HOST2, True).algorithm == "copy"
+
+
+def test_named_algorithms_are_checked():
+    with pytest.raises(ValueError, match="valid algorithms"):
+        choose.requested("allreduce", "nope", np.dtype(np.float32), {})
+    with pytest.raises(ValueError, match="does not implement allgather"):
+        choose.requested("allgather", "rabenseifner", np.dtype(np.float32), {})
+    import ml_dtypes
+    with pytest.raises(TypeError, match="bfloat16"):
+        choose.requested("allreduce", "native", np.dtype(ml_dtypes.bfloat16), {})
+    with pytest.raises(ValueError, match="deterministic"):
+        choose.deterministic("allreduce", "ring", {}, True)
+
+
+def test_the_validator_names_what_is_wrong():
+    x = np.ones(8, np.float32)
+    with pytest.raises(ValueError, match="multiple of the world size"):
+        calls.check_call("alltoall", np.ones(7), "sum", None, 2, None)
+    with pytest.raises(ValueError, match="root must be an integer in"):
+        calls.check_call("broadcast", x, "sum", 3, 2, None)
+    with pytest.raises(ValueError, match="out must have 16 elements"):
+        calls.check_buffers("allgather", x, np.empty(8, np.float32), 2)
+    with pytest.raises(ValueError, match="overlaps x"):
+        calls.check_buffers("allreduce", x[:4], x[2:6], 2)
+    with pytest.raises(ValueError, match="2 integers >= 0"):
+        calls.check_split([1, -1], 2, "send_counts")
+    with pytest.raises(TypeError, match="integers"):
+        calls.check_split([1.5, 2], 2, "send_counts")
+    assert calls.output_shape("reduce_scatter", (6, 3), 2) == (3, 3)
+    assert calls.output_shape("allgather", (2, 3), 4) == (8, 3)
+
+
+def test_the_quick_check_sends_unusual_buffers_to_the_validator():
+    x = np.ones(8, np.float32)
+    assert calls.buffers_fit(x, None, calls.NEW, 8)
+    assert calls.buffers_fit(x, np.empty(8, np.float32), calls.SEPARATE, 8)
+    assert not calls.buffers_fit(x, np.empty(8, np.float64), calls.SEPARATE, 8)
+    assert not calls.buffers_fit(np.ones(16, np.float32)[::2], None, calls.NEW, 8)
+    view = np.ones(16, np.float32)
+    assert not calls.buffers_fit(view[:8], view[4:12], calls.SEPARATE, 8)  # overlapping views
+
+
+def test_the_lowering_checks_every_peer_and_reads_a_peer_at_its_end_of_the_message():
+    s = algorithms.build("pairwise", collective="alltoall", world_size=3, count=6)
+    prog = program.compile_plan(ShmPlan.build(s, 1), 4, lazy=False)
+    words = prog.code.tolist()
+    assert words[-2:] == [program.CHECK_ALL, program.END]
+    # rank 1 receives rank 0's block for it: rank 0 sends from its input region (element 1*2 = 2), and rank 1
+    # lands it in its output region (6 + 0*2 = 6): the copy reads the peer's window at the peer's offset
+    copies = [words[i:i + 6] for i in range(len(words) - 5) if words[i] == program.COPY
+              and words[i + 3] == program.WINDOW + 0]
+    assert [6 * 4, 2 * 4, 2 * 4] in [[c[2], c[4], c[5]] for c in copies]
+
+
+def test_one_rank_without_a_launcher_says_so_once(monkeypatch, capsys):
+    from collectives.transport import host
+
+    monkeypatch.setattr(host, "_warned", False)
+    monkeypatch.delenv("COLLECTIVES_ONE_RANK", raising=False)
+    assert not warn_if_alone(1, environ={"PMI_RANK": "0"})  # started by a launcher
+    assert not warn_if_alone(2, environ={})
+    assert warn_if_alone(1, environ={})
+    assert not warn_if_alone(1, environ={})  # once
+    assert "running as 1 rank: not started by mpiexec" in capsys.readouterr().err
+    monkeypatch.setattr(host, "_warned", False)
+    monkeypatch.setenv("COLLECTIVES_ONE_RANK", "1")
+    assert not warn_if_alone(1, environ={})

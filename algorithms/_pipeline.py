@@ -259,7 +259,7 @@ def pipelined_phase(name: str, nodes: np.ndarray, table: ChunkTable, lanes: list
 def _offset(slots, busy_lanes, lo: int, info: dict | None = None):
     """slots(m, it) of global round it + lo, with its sparse `lanes(it)` and, for a pipeline without periodic
     lanes, `pipeline` (its stages and the round's first global index): optional fast paths the analytic
-    simulator uses (analytic.round_flows, analytic.structure)."""
+    simulator uses (flows.round_flows, analytic.structure)."""
 
     def shifted(m, it):
         return slots(m, np.asarray(it) + lo)

@@ -41,7 +41,7 @@ ffibuilder.set_source(
     "collectives._ckernels",
     '#include "reduce.h"\n#include "plan.h"',
     # Paths relative to the project root: setuptools wants relative source paths and runs there.
-    sources=["csrc/reduce.c", "csrc/plan.c"],
+    sources=["csrc/reduce.c", "csrc/reduce_half.c", "csrc/plan.c"],
     include_dirs=["csrc"],
     extra_compile_args=_compile_args(),
 )

@@ -270,7 +270,7 @@ class Bench:
     def skip_reason(self, spec: AlgoSpec) -> str | None:
         from ..transport.choose import native_supports
 
-        if spec.name == "native" and not native_supports(self.opts.dtype):
+        if spec.name == "native" and not native_supports(self.opts.dtype, self.opts.collective):
             return "native skipped: MPI has no bfloat16 type"
         return None
 

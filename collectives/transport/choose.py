@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import decisions, environment, registry
 from ..kernels._dtypes import BFLOAT16
+from ..schedule.collective import REDUCING
 
 DETERMINISTIC_REASON = ("deterministic=True: 'direct' folds every element once, in rank order 0..p-1, so the "
                         "result is bitwise identical across algorithms, chunk counts and layouts")
@@ -30,16 +31,16 @@ class Choice:
     reason: str = ""
 
 
-def native_supports(dtype: np.dtype) -> bool:
-    """MPI's own collectives take every kernel dtype but bfloat16 (MPI has no bfloat16 reduction)."""
-    return np.dtype(dtype) != BFLOAT16
+def native_supports(dtype: np.dtype, collective: str = "allreduce") -> bool:
+    """MPI's own collectives move every dtype (as bytes) and reduce every kernel dtype but bfloat16."""
+    return np.dtype(dtype) != BFLOAT16 or collective not in REDUCING
 
 
 def native_refusal(collective: str, dtype: np.dtype, runtime=None) -> str | None:
     """Why the runtime's own collective cannot take `dtype` (None: it can). No runtime: MPI's rule."""
     if runtime is not None:
         return runtime.native_refusal(collective, np.dtype(dtype))
-    return None if native_supports(dtype) else "MPI has no bfloat16 type"
+    return None if native_supports(dtype, collective) else "MPI has no bfloat16 type"
 
 
 def requested(collective: str, algorithm: str, dtype: np.dtype, params: dict, runtime=None) -> Choice:

@@ -98,7 +98,25 @@ class Context:
         return ", ".join(out)
 
 
-live: weakref.WeakSet = weakref.WeakSet()  # open communicators (closed at exit)
+class _OpenCommunicators:
+    """Open communicators in creation order: closing is collective, so every rank closes them at exit in the order
+    it created them (the same order on every rank, as creation is collective too)."""
+
+    def __init__(self) -> None:
+        self._refs: dict[int, weakref.ref] = {}
+
+    def add(self, comm) -> None:
+        key = id(comm)
+        self._refs[key] = weakref.ref(comm, lambda _, k=key: self._refs.pop(k, None))
+
+    def discard(self, comm) -> None:
+        self._refs.pop(id(comm), None)
+
+    def __iter__(self):
+        return iter([c for c in (r() for r in list(self._refs.values())) if c is not None])
+
+
+live = _OpenCommunicators()  # closed at exit
 _failed = False  # a communicator failed (timeout or dead peer): skip MPI_Finalize at exit
 
 

@@ -38,6 +38,11 @@ class _MpiSegments(Segments):
         self.win.Free()
 
 
+def _bytes(a: np.ndarray) -> list:
+    """An mpi4py buffer spec of `a`'s bytes (contiguous)."""
+    return [a.reshape(-1).view(np.uint8), MPI.BYTE]
+
+
 class _MpiNative:
     """MPI's own collectives, nonblocking (mpi4py's buffer interface)."""
 
@@ -54,28 +59,32 @@ class _MpiNative:
     def reduce(self, send, recv, op: str, root: int):
         return self.c.Ireduce(send, recv, self.OPS[op], root)
 
+    # Data movement travels as bytes: every dtype moves (bfloat16 too, which MPI has no type for).
     def broadcast(self, buf, root: int):
-        return self.c.Ibcast(buf, root)
+        return self.c.Ibcast(_bytes(buf), root)
 
     def reduce_scatter(self, send, recv, op: str):
         return self.c.Ireduce_scatter_block(send, recv, self.OPS[op]) if recv.size else self.c.Ibarrier()
 
     def allgather(self, send, recv):
-        return self.c.Iallgather(send, recv) if send.size else self.c.Ibarrier()
+        return self.c.Iallgather(_bytes(send), _bytes(recv)) if send.size else self.c.Ibarrier()
 
     def alltoall(self, send, recv):
-        return self.c.Ialltoall(send, recv) if send.size else self.c.Ibarrier()
+        return self.c.Ialltoall(_bytes(send), _bytes(recv)) if send.size else self.c.Ibarrier()
 
     def alltoallv(self, send, send_counts, recv, recv_counts):
-        sdispl = np.concatenate(([0], np.cumsum(send_counts)[:-1]))
-        rdispl = np.concatenate(([0], np.cumsum(recv_counts)[:-1]))
-        return self.c.Ialltoallv([send, (send_counts, sdispl)], [recv, (recv_counts, rdispl)])
+        k = send.dtype.itemsize
+        sc, rc = np.asarray(send_counts, np.int64) * k, np.asarray(recv_counts, np.int64) * k
+        sdispl = np.concatenate(([0], np.cumsum(sc)[:-1]))
+        rdispl = np.concatenate(([0], np.cumsum(rc)[:-1]))
+        return self.c.Ialltoallv([send.reshape(-1).view(np.uint8), (sc, sdispl), MPI.BYTE],
+                                 [recv.reshape(-1).view(np.uint8), (rc, rdispl), MPI.BYTE])
 
     def gather(self, send, recv, root: int):
-        return self.c.Igather(send, recv, root)
+        return self.c.Igather(_bytes(send), None if recv is None else _bytes(recv), root)
 
     def scatter(self, send, recv, root: int):
-        return self.c.Iscatter(send, recv, root)
+        return self.c.Iscatter(None if send is None else _bytes(send), _bytes(recv), root)
 
     def barrier(self):
         return self.c.Ibarrier()
@@ -121,7 +130,9 @@ class MpiRuntime(Runtime):
         self.tag_upper_bound = int(value) if value else 32767
 
     def native_refusal(self, collective: str, dtype: np.dtype) -> str | None:
-        return "MPI has no bfloat16 type" if dtype.name == "bfloat16" else None
+        if dtype.name == "bfloat16" and collective in ("allreduce", "reduce", "reduce_scatter"):
+            return "MPI has no bfloat16 type"
+        return None
 
     def ibarrier(self):
         return self.comm.Ibarrier()

@@ -30,6 +30,7 @@ from . import calls
 from .agreement import Agreement, CallMeta, HostAgreement, MismatchReport, ResultCheck
 from .choose import Choice
 from .executors import DONE, MISMATCH, LocalExecutor, MessageExecutor, NativeExecutor, ShmExecutor
+from .progress import advance_others
 from .shm.executor import POLLS
 
 _IN_WORK, _IN_SCRATCH, _BROADCAST, _GATHER, _GENERAL = range(5)  # how run() binds a call's buffers
@@ -177,6 +178,7 @@ class Plan:
                     collective=self.collective, algorithm=self.choice.algorithm, seq=seq, peers=peers, timeout=limit)
                 ctx.fail(err)
                 raise err
+            advance_others(ctx.queue)  # a peer may wait for this thread's call in flight on another communicator
             nap = min(1e-3, nap * 2 or 1e-6)
             time.sleep(nap)
         ctx.arena.grow(need)

@@ -3,7 +3,9 @@
 Calls on one communicator complete in the order they were issued. Each issued call is a *launch* of its plan
 (plans.py) in the queue; only the head is started (one call at a time owns the windows and scratch), and
 progress is made whenever the caller enters the communicator: a blocking call, `Work.wait()`, `Work.test()`,
-or issuing another call. No progress thread: MPI is only ever called from the user's thread.
+or issuing another call. No progress thread: MPI is only ever called from the user's thread. A thread that waits
+on one communicator also advances the calls it left in flight on its other communicators (as MPI progresses every
+communicator): a rank waiting on B while its asynchronous call on A is what a peer waits for cannot deadlock.
 
 Every wait is bounded (COLLECTIVES_TIMEOUT, per communicator and per call): a call that does not complete in
 time raises CollectiveTimeoutError naming the collective, its number, the round and the peers it awaits.
@@ -12,7 +14,9 @@ time raises CollectiveTimeoutError naming the collective, its number, the round 
 from __future__ import annotations
 
 import os
+import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 
@@ -99,6 +103,22 @@ class Work:
         return f"<Work #{self.seq} {self._launch.plan.collective} {self.algorithm} {state}>"
 
 
+_in_flight: weakref.WeakSet = weakref.WeakSet()  # queues with calls in flight, every communicator of the process
+
+
+def advance_others(queue) -> None:
+    """Advance this thread's calls in flight on communicators other than `queue`'s, while it waits on that one
+    (their errors stay theirs: a failure is recorded on that communicator, raised when its own caller waits)."""
+    me = threading.get_ident()
+    for other in list(_in_flight):
+        if other is not queue and other.thread == me and other.launches:
+            try:
+                other.progress(blocking=False)
+            except Exception:  # noqa: BLE001 - recorded on `other` (ctx.failure / the launch's error)
+                pass
+
+
+
 class CallQueue:
     """The communicator's calls in issue order; `ctx` (context.py) holds what a failure report needs."""
 
@@ -106,12 +126,15 @@ class CallQueue:
         self.ctx = ctx
         self.launches: deque = deque()
         self.completed = 0
+        self.thread = 0  # the thread that issued the last call (only it advances this queue from another's wait)
 
     def __bool__(self) -> bool:
         return bool(self.launches)
 
     def submit(self, launch, async_op: bool, timeout: float | None):
         self.launches.append(launch)
+        self.thread = threading.get_ident()
+        _in_flight.add(self)
         self.ctx.fast = False
         if async_op:
             self.progress(blocking=False)
@@ -144,6 +167,7 @@ class CallQueue:
             head.done = True
             self.completed += 1
             self.launches.popleft()
+        _in_flight.discard(self)
         self.ctx.fast = self.ctx.ok
 
     def events(self) -> int:
@@ -161,6 +185,8 @@ class CallQueue:
 
         def advance() -> bool:
             self.progress()
+            if not launch.done and len(_in_flight) > 1:
+                advance_others(self)
             return launch.done
 
         try:

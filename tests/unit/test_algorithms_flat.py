@@ -144,7 +144,7 @@ def case(draw, name: str):
 
 
 @pytest.mark.parametrize("name", FLAT)
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(data=st.data())
 def test_against_numpy(name, data):
     coll, p, count, root, chunks, dtype, op, seed = data.draw(case(name))

@@ -306,6 +306,26 @@ if p > 1 and args.check == "off" and comm.shared_memory:
         fail(f"after the check=off mismatch: {y}")
     cases += 2
 
+# two communicators: a rank blocked on B still advances its asynchronous call on A, which its peers wait for
+if p > 1:
+    other = init(comm.mpi_comm if mpi is not None else comm.runtime.duplicate(), check=args.check, timeout=60)
+    a, b = np.full(100, rank, np.int64), np.full(100, 2 * rank, np.int64)
+    try:
+        if rank == 0:
+            w = comm.allreduce(a, out=a, async_op=True)
+            other.allreduce(b, out=b)
+            w.wait()
+        else:
+            comm.allreduce(a, out=a)
+            other.allreduce(b, out=b)
+        want = sum(range(p))
+        if not (np.all(a == want) and np.all(b == 2 * want)):
+            fail(f"two communicators: {a[:3]} {b[:3]}")
+    except Exception as exc:  # noqa: BLE001
+        fail(f"two communicators: {type(exc).__name__}: {exc}")
+    cases += 1
+    other.close()
+
 stats = comm.stats
 out = {"cases": cases, "failures": len(failures), "messages": failures[:20], "mismatches": mismatches,
        "calls": stats["calls"], "native_calls": stats["native_calls"], "shared_memory": comm.shared_memory}

@@ -65,7 +65,7 @@ def test_pytorch_distributed_suite_through_torch_spawn():
     if baseline["torch"] != torch.__version__:
         pytest.skip(f"the gloo baseline was made with torch {baseline['torch']}, this is {torch.__version__}")
     tests = torch_suite.SPAWN_CI_TESTS
-    results = torch_suite.run_suite("collectives", WORLD_SIZE, tests, per_launch=len(tests), test_timeout=60,
+    results = torch_suite.run_suite("collectives", WORLD_SIZE, tests, per_launch=len(tests), test_timeout=120,
                                     launcher="spawn")
     problems = torch_suite.differences(results, baseline["world_sizes"][str(WORLD_SIZE)])
     assert not problems, "\n\n".join(problems)

@@ -71,17 +71,15 @@ EXPECTED_DIFFERENCES: dict[str, str] = {
 }
 
 # The CI subset through torch's spawning harness (tests/torch/test_torch_suite.py): every spawned test costs W
-# fresh processes importing torch (about 6 s at 2 ranks on 2 cores), so CI runs one test of each kind: an
-# allreduce, a coalesced one, a broadcast and gather/scatter on the default group, all_gather_coalesced, torch's
-# objects over a sub-group (new_group), point-to-point from any source, DDP, and an all-to-all that torch gates on
-# MPI's name. All pass with gloo at 2 ranks but the all-to-all.
+# fresh processes importing torch (6.3-6.9 s at 2 ranks on 2 cores at load average 3, several times that on a
+# busier VM), so CI runs one test of each kind: an allreduce, a broadcast and a scatter on the default group,
+# all_gather_coalesced, torch's objects over a sub-group (new_group), point-to-point from any source, DDP, and an
+# all-to-all that torch gates on MPI's name. All pass with gloo at 2 ranks but the all-to-all.
 SPAWN_CI_TESTS = [
     "test_all_reduce_sum",
-    "test_all_reduce_coalesced_sum",
     "test_broadcast_full_group",
     "test_all_gather_coalesced_simple",
     "test_scatter",
-    "test_gather",
     "test_all_gather_object_subgroup",
     "test_send_recv_any_source",
     "test_DistributedDataParallelCPU",

@@ -1,16 +1,28 @@
 """Test layers: tests/unit needs no MPI launcher; tests/mpi launches `mpiexec`; tests/torch needs PyTorch too.
 
 Every test under tests/mpi and tests/torch is marked `mpi` (and `torch`), so `pytest -m "not mpi"` runs the
-quick, launcher-free part of the suite.
+quick, launcher-free part of the suite. tests/mpi/launcher.py builds every `mpiexec` command line for the MPI
+found (MPICH, Open MPI, Intel MPI); its folder is put on sys.path so tests/mpi and tests/torch both
+`import launcher`.
+
+Tests marked `any_mpi` check what differs between MPI libraries and launchers (attributes, error classes,
+shared windows, MPI's own collectives, MPMD syntax, launcher flags, exit statuses, MPI_Abort):
+`pytest tests/mpi -m any_mpi` is the part of the MPI tests that CI runs on its second MPI (.ci/run).
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE / "mpi"))
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "any_mpi: checks what differs between MPIs; CI runs it on every MPI")
 
 
 def pytest_collection_modifyitems(config, items) -> None:

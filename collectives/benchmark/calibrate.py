@@ -47,7 +47,7 @@ def _reps(nbytes: int, quick: bool) -> int:
 
 def pingpong(mpi_comm, sizes=PINGPONG_SIZES, quick: bool = False) -> list[tuple[int, float]]:
     """[(bytes, one-way seconds)]: median round trip / 2 of each pair, averaged over pairs (all pairs at once)."""
-    from mpi4py import MPI
+    from ..transport.mpi_library import MPI
 
     rank, p = mpi_comm.Get_rank(), mpi_comm.Get_size()
     partner = rank ^ 1 if (rank ^ 1) < p else None
@@ -79,7 +79,7 @@ def exchange(mpi_comm, sizes=EXCHANGE_SIZES, quick: bool = False) -> list[tuple[
     """[(bytes, seconds)]: every rank sends n bytes to its pair partner and receives n from it at the same time
     (Sendrecv, distinct send and receive buffers, as in a collective's round); median per exchange, max over
     ranks."""
-    from mpi4py import MPI
+    from ..transport.mpi_library import MPI
 
     rank, p = mpi_comm.Get_rank(), mpi_comm.Get_size()
     partner = rank ^ 1 if (rank ^ 1) < p else None
@@ -118,7 +118,7 @@ def _concurrent(mpi_comm, fn, reps: int) -> float:
     """Median over reps of the slowest rank's seconds for fn(), every rank running it at once (barrier before
     each): the statistic `collectives bench` reports (per-iteration maximum over ranks, then the median), so a
     fixed cost measured here carries the same barrier-exit skew as the calls it prices."""
-    from mpi4py import MPI
+    from ..transport.mpi_library import MPI
 
     times = np.empty(reps)
     fn()

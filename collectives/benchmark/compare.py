@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from mpi4py import MPI
+
+from ..transport.mpi_library import MPI
 
 NATIVE_CALLS = {
     "allreduce": lambda mpi, x, out, root: mpi.Allreduce(MPI.IN_PLACE if out is x else x, out, MPI.SUM),

@@ -49,7 +49,7 @@ def measure(comm, collectives=COLLECTIVES, sizes=SIZES, dtype=None, trials: int 
         winners = []
         for nbytes in sizes:
             n = max(1, nbytes // dtype.itemsize)
-            if collective == "reduce_scatter":
+            if collective in ("reduce_scatter", "alltoall"):  # an equal block per rank
                 n = max(1, n // p) * p
             elems = n * p if collective == "allgather" else n  # compare.buffers takes nccl-tests' sizes
             x, out = buffers(collective, elems, p, dtype)
@@ -93,7 +93,7 @@ def save(tables: list[dict], path: str | Path, source: str) -> Path:
 
 def describe(comm, dtype) -> str:
     """Where a table was measured, for its `source`."""
-    from mpi4py import MPI
+    from ..transport.mpi_library import MPI
 
     h = comm.host
     return (f"collectives calibrate --decisions: {comm.size} ranks, {h.ranks_per_host} per host on {h.cores} cores, "

@@ -162,7 +162,7 @@ class Predictor:
 
 class Bench:
     def __init__(self, comm, opts: Options) -> None:
-        from mpi4py import MPI
+        from ..transport.mpi_library import MPI
 
         self.MPI = MPI
         self.comm = comm

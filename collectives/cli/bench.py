@@ -98,10 +98,9 @@ def _options(args, world_size: int):
 
 
 def run(args) -> int:
-    from mpi4py import MPI
-
     from ..benchmark.runner import Bench
     from ..transport import init
+    from ..transport.mpi_library import MPI
 
     comm = init(check=args.comm_check)
     try:

@@ -64,7 +64,7 @@ def _master_host(comm) -> str:
     else rank 0's host name."""
     if os.environ.get("MASTER_ADDR"):
         return os.environ["MASTER_ADDR"]
-    from mpi4py import MPI
+    from ..transport.mpi_library import MPI
 
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:

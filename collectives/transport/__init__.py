@@ -7,11 +7,12 @@ agreement.py (the call agreement), progress.py (the queue, Work, bounded waits),
 communicator's plans share), host.py (where the ranks run), shm/ (the arena, a rank's plan, its lowering and the
 plan runner), messages.py (point-to-point execution), placement.py and daemon.py (switch nodes), domains.py
 (scale-up domains), scratch.py (reusable work buffers), runtime.py (what the transport needs from the processes)
-and mpi_runtime.py (MPI's). MPI is initialised by the first communicator over MPI, not by importing this package.
+and mpi_runtime.py (MPI's). MPI is loaded and initialised by the first communicator over MPI, not by importing
+this package, through mpi_library.py (a missing or mismatched MPI raises MPILibraryError saying what to install).
 """
 
 from .communicator import Communicator, init
-from .errors import CollectiveTimeoutError, CommunicatorClosedError
+from .errors import CollectiveTimeoutError, CommunicatorClosedError, MPILibraryError
 from .progress import Work
 
-__all__ = ["CollectiveTimeoutError", "Communicator", "CommunicatorClosedError", "Work", "init"]
+__all__ = ["CollectiveTimeoutError", "Communicator", "CommunicatorClosedError", "MPILibraryError", "Work", "init"]

@@ -68,8 +68,7 @@ class Communicator:
         if isinstance(comm, Runtime):  # a runtime of another kind (collectives.torch: no MPI launcher)
             runtime = comm
         else:
-            from mpi4py import MPI
-
+            from .mpi_library import MPI
             from .mpi_runtime import MpiRuntime
 
             # Bound the setup: Dup, Split_type and the exchanges below are blocking collectives; an entry barrier

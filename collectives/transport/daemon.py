@@ -33,9 +33,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
-from mpi4py import MPI
 
 from .. import environment
+from .mpi_library import MPI
 from .mpi_runtime import MpiRuntime
 
 APP, DAEMON = 0, 1

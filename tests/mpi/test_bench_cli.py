@@ -1,5 +1,5 @@
-"""`collectives bench` and `collectives calibrate` under the venv's real mpiexec (few short launches, < 90 s total),
-plus the pure helpers (sizes, nccl-tests formatting, reference data) without MPI."""
+"""`collectives bench` and `collectives calibrate` under mpiexec (tests/mpi/launcher.py; few short launches,
+< 90 s total), plus the pure helpers (sizes, nccl-tests formatting, reference data) without MPI."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import launcher
 import numpy as np
 import pytest
 
@@ -16,19 +17,15 @@ from collectives.benchmark import format as fmt
 from collectives.benchmark.data import Pattern, count_wrong
 from collectives.units import parse_size, sweep
 
-BIN = Path(sys.executable).parent
-MPIEXEC = BIN / "mpiexec"
-CLI = BIN / "collectives"
+CLI = Path(sys.executable).parent / "collectives"
 TIMEOUT = 60
 
-needs_mpi = pytest.mark.skipif(not (MPIEXEC.exists() and CLI.exists()), reason="no mpiexec/collectives in the venv")
+needs_cli = pytest.mark.skipif(not CLI.exists(), reason=f"no `collectives` command next to {sys.executable}")
 
 
 def mpirun(n: int, *args: str, tmp_path: Path, timeout: int = TIMEOUT) -> subprocess.CompletedProcess:
-    env = dict(os.environ, MPIEXEC_TIMEOUT=str(timeout), COLLECTIVES_TIMEOUT="30",
-               COLLECTIVES_CALIBRATION=str(tmp_path / "default-calibration.json"))
-    return subprocess.run([str(MPIEXEC), "-n", str(n), str(CLI), *args], capture_output=True, text=True,
-                          timeout=timeout + 15, env=env, cwd=tmp_path)
+    return launcher.run(n, [str(CLI), *args], timeout=timeout, cwd=tmp_path, env={
+        "COLLECTIVES_TIMEOUT": "30", "COLLECTIVES_CALIBRATION": str(tmp_path / "default-calibration.json")})
 
 
 def table_rows(stdout: str) -> list[list[str]]:
@@ -76,7 +73,7 @@ def test_reference_is_exact(dtype, op):
 
 
 # -- under mpiexec -----------------------------------------------------------------------------------------------
-@needs_mpi
+@needs_cli
 def test_bench_allreduce_table_json_csv(tmp_path):
     proc = mpirun(2, "bench", "allreduce", "-b", "8", "-e", "64K", "-f", "8", "-n", "3", "-w", "1", "-d", "half",
                   "--algorithms", "native,auto,ring,rabenseifner", "--json", "m.json", "--csv", "m.csv",
@@ -100,7 +97,7 @@ def test_bench_allreduce_table_json_csv(tmp_path):
     assert (tmp_path / "m.csv").read_text().count("\n") == 1 + 2 * len(rows)
 
 
-@needs_mpi
+@needs_cli
 def test_calibrate_then_predict_and_osu(tmp_path):
     proc = mpirun(2, "calibrate", "--out", "cal.json", "--quick", tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -141,7 +138,7 @@ def test_calibrate_then_predict_and_osu(tmp_path):
     assert len(table_rows(proc.stdout)) == 3 * 2
 
 
-@needs_mpi
+@needs_cli
 def test_wrong_results_fail_on_every_rank(tmp_path, monkeypatch):
     """A corrupted result on rank 1 only (a sitecustomize wraps Communicator.allgather) makes every rank exit 1."""
     (tmp_path / "sitecustomize.py").write_text(
@@ -161,7 +158,7 @@ def test_wrong_results_fail_on_every_rank(tmp_path, monkeypatch):
     assert "FAILED" in proc.stdout
 
 
-@needs_mpi
+@needs_cli
 def test_usage_errors_exit_2(tmp_path):
     proc = mpirun(2, "bench", "allreduce", "-b", "8", "-e", "8", "--algorithms", "nosuch", tmp_path=tmp_path)
     assert proc.returncode == 2 and "unknown algorithm 'nosuch'" in proc.stderr
@@ -237,7 +234,7 @@ def test_window_rounds_are_a_ring_call_less_the_fixed_costs(monkeypatch):
     assert out["reduce_round"] == [[1 << 20, pytest.approx((1300e-6 - 100e-6 - 2 * 50e-6) / 2)]]
 
 
-@needs_mpi
+@needs_cli
 def test_bench_calibrates_in_its_own_launch_then_predicts(tmp_path):
     """`bench --calibrate --predict FILE` measures the host first (as `collectives calibrate`), writes FILE and
     predicts from it; without --predict it is a usage error on every rank, before anything is measured."""
@@ -255,7 +252,8 @@ def test_bench_calibrates_in_its_own_launch_then_predicts(tmp_path):
     assert measured and all(m["predicted_us"] > 0 for m in measured)
 
 
-@needs_mpi
+@needs_cli
+@pytest.mark.any_mpi
 @pytest.mark.parametrize("where", ["calibrate", "bench"])
 def test_a_rank_failing_alone_ends_the_job_at_once(tmp_path, where):
     """Rank 1 raises in the middle of a measurement while rank 0 waits in a collective: the job ends within
@@ -265,11 +263,9 @@ def test_a_rank_failing_alone_ends_the_job_at_once(tmp_path, where):
     program = Path(__file__).parent / "programs" / "failing_rank.py"
     args = (["calibrate", "--out", "cal.json", "--no-default", "--quick"] if where == "calibrate" else
             ["bench", "allreduce", "-b", "64K", "-e", "64K", "-n", "2", "-w", "1", "--algorithms", "ring"])
-    env = dict(os.environ, MPIEXEC_TIMEOUT="90", COLLECTIVES_TIMEOUT="60",
-               COLLECTIVES_CALIBRATION=str(tmp_path / "default-calibration.json"))
     start = time.monotonic()
-    proc = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, str(program), where, "1", *args],
-                          capture_output=True, text=True, timeout=110, env=env, cwd=tmp_path)
+    proc = launcher.run(2, [sys.executable, str(program), where, "1", *args], timeout=90, cwd=tmp_path, env={
+        "COLLECTIVES_TIMEOUT": "60", "COLLECTIVES_CALIBRATION": str(tmp_path / "default-calibration.json")})
     elapsed = time.monotonic() - start
     assert proc.returncode != 0, proc.stdout[-2000:]
     assert elapsed < 25, (elapsed, proc.stderr[-2000:])

@@ -1,4 +1,5 @@
-"""The MPI transport under the venv's real mpiexec: one launch per world size runs many cases inside.
+"""The MPI transport under mpiexec (the MPI tests/mpi/launcher.py finds): one launch per world size runs many
+cases inside.
 
 Each launch runs tests/mpi/programs/check_collectives.py, which checks every registered algorithm x collective
 x dtype x op against the emulator (bitwise) and MPI's own collectives, and prints `RESULT {json}`.
@@ -12,24 +13,22 @@ import subprocess
 import sys
 from pathlib import Path
 
+import launcher
 import pytest
 
 pytest.importorskip("mpi4py")
 
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
 PROGRAMS = Path(__file__).parent / "programs"
 CHECK = PROGRAMS / "check_collectives.py"
 TIMEOUT = 150  # seconds per launch (oversubscribed on small machines)
 
-pytestmark = pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no mpiexec next to {sys.executable}")
+Group = tuple[int, list[str]]  # an MPMD group: (ranks, argv)
 
 
-def launch(*groups: list[str], timeout: float = TIMEOUT) -> dict:
-    """Run `mpiexec group : group ...` and return rank 0's RESULT."""
-    env = dict(os.environ, MPIEXEC_TIMEOUT=str(int(timeout)), COLLECTIVES_TIMEOUT="60")
-    cmd = [str(MPIEXEC)]
-    for k, group in enumerate(groups):
-        cmd += ([":"] if k else []) + group
+def launch(*groups: Group, timeout: float = TIMEOUT, **options) -> dict:
+    """Run `mpiexec -n A argv : -n B argv ...` (tests/mpi/launcher.py) and return rank 0's RESULT."""
+    (n, argv), *more = groups
+    cmd, env = launcher.command(n, argv, *more, timeout=timeout, env={"COLLECTIVES_TIMEOUT": "60"}, **options)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 15, env=env)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, (
@@ -37,16 +36,15 @@ def launch(*groups: list[str], timeout: float = TIMEOUT) -> dict:
     return json.loads(lines[-1][len("RESULT "):])
 
 
-def app(n: int, *args: str) -> list[str]:
-    return ["-n", str(n), sys.executable, str(CHECK), *args]
+def app(n: int, *args: str) -> Group:
+    return n, [sys.executable, str(CHECK), *args]
 
 
-def daemons(n: int) -> list[str]:
-    return ["-n", str(n), sys.executable, "-m", "collectives.switchd", "--path", str(PROGRAMS),
-            "--import", "check_collectives"]
+def daemons(n: int) -> Group:
+    return n, [sys.executable, "-m", "collectives.switchd", "--path", str(PROGRAMS), "--import", "check_collectives"]
 
 
-@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5, 6, 7, 8])
+@pytest.mark.parametrize("world_size", [1, 2, pytest.param(3, marks=pytest.mark.any_mpi), 4, 5, 6, 7, 8])
 def test_every_algorithm_and_collective(world_size):
     counts = ["0", "1", "7", "50"] if world_size <= 4 else ["0", "9", "40"]
     domains = ["--ranks-per-domain", "2"] if world_size in (4, 6, 8) else []  # 2-rank domains: switch trees
@@ -59,7 +57,7 @@ def test_every_algorithm_and_collective(world_size):
         assert result["star_switch_bytes_on_rank0"] > 0  # leader emulation: rank 0 hosts a switch node
 
 
-@pytest.mark.parametrize("world_size", [3, 4])
+@pytest.mark.parametrize("world_size", [pytest.param(3, marks=pytest.mark.any_mpi), 4])
 def test_python_shared_memory_executor(world_size, monkeypatch):
     """COLLECTIVES_SHM_C=0: the shared-memory executor's Python path (used where the C plan runner cannot
     serve) still gives MPI's results for every algorithm and collective."""
@@ -69,7 +67,22 @@ def test_python_shared_memory_executor(world_size, monkeypatch):
     assert result["cases"] > 200
 
 
-@pytest.mark.parametrize("world_size,num_daemons", [(3, 2), (5, 1), (4, 3)])
+@pytest.mark.parametrize("world_size", [4, pytest.param(6, marks=pytest.mark.any_mpi)])
+def test_two_hosts_on_one_machine(world_size, monkeypatch):
+    """The path between hosts, in CI: COLLECTIVES_SHM=0 (no shared memory: every schedule runs with point-to-point
+    messages, as between hosts) and `ranks_per_domain` (2 or 3 ranks per domain: the hierarchical and in-network
+    schedules see two or three "hosts"): every algorithm and collective still gives the emulator's and MPI's
+    results."""
+    monkeypatch.setenv("COLLECTIVES_SHM", "0")
+    per_domain = str(world_size // 2)
+    result = launch(app(world_size, "--counts", "1", "50", "--ranks-per-domain", per_domain))
+    assert result["failures"] == 0, result["messages"]
+    assert result["cases"] > 200
+    assert not result["shared_memory"]  # every call ran on point-to-point messages
+
+
+@pytest.mark.parametrize("world_size,num_daemons", [pytest.param(3, 2, marks=pytest.mark.any_mpi), (5, 1),
+                                                    (4, 3)])
 def test_switch_daemons(world_size, num_daemons):
     result = launch(app(world_size, "--only", "star", "ring", "native"), daemons(num_daemons))
     assert result["failures"] == 0, result["messages"]
@@ -78,12 +91,12 @@ def test_switch_daemons(world_size, num_daemons):
     assert result["bytes_sent_per_rank"]["star"] == 4000
 
 
+@pytest.mark.any_mpi
 def test_bad_calls_and_timeouts(tmp_path):
     """22 bad calls (bad timeouts included) raise before communicating; a missing peer raises CollectiveTimeoutError (issue 9 groundwork)."""
     result_file = tmp_path / "result.txt"
-    env = dict(os.environ, MPIEXEC_TIMEOUT="60", CHECK_ERRORS_RESULT=str(result_file))
-    cmd = [str(MPIEXEC), "-n", "2", sys.executable, str(PROGRAMS / "check_errors.py")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=75, env=env)
+    proc = launcher.run(2, [sys.executable, str(PROGRAMS / "check_errors.py")], timeout=60,
+                        env={"CHECK_ERRORS_RESULT": str(result_file)})
     # the program ends the job with MPI_Abort, which can beat mpiexec's forwarding of its output: read the file
     text = result_file.read_text() if result_file.exists() else proc.stdout
     lines = [line for line in text.splitlines() if line.startswith("RESULT ")]
@@ -94,8 +107,9 @@ def test_bad_calls_and_timeouts(tmp_path):
     assert "awaiting rank 1" in result["runner_timeout_message"]
 
 
-@pytest.mark.parametrize("world_size,runner,check", [(2, "1", "metadata"), (3, "1", "metadata"),
-                                                     (4, "1", "off"), (2, "0", "metadata")])
+@pytest.mark.parametrize("world_size,runner,check", [
+    (2, "1", "metadata"), pytest.param(3, "1", "metadata", marks=pytest.mark.any_mpi), (4, "1", "off"),
+    (2, "0", "metadata")])
 def test_every_call_matches_mpi(world_size, runner, check, monkeypatch):
     """Every collective x native dtype x op x count x output mode through the plan path (auto, MPI's own, and
     every algorithm for float32/int32) gives MPI's own results bitwise with inputs untouched; cached plans rebind
@@ -103,8 +117,7 @@ def test_every_call_matches_mpi(world_size, runner, check, monkeypatch):
     between ranks raise CallMismatchError on every rank (on one host the agreement rides on the plan runner's
     waits, or its Python interpreter's with COLLECTIVES_SHM_C=0) and the communicator stays usable."""
     monkeypatch.setenv("COLLECTIVES_SHM_C", runner)
-    result = launch(["-n", str(world_size), sys.executable, str(PROGRAMS / "check_calls.py"), "--check", check],
-                    timeout=300)
+    result = launch((world_size, [sys.executable, str(PROGRAMS / "check_calls.py"), "--check", check]), timeout=300)
     assert result["failures"] == 0, result["messages"]
     assert result["cases"] > 2000
     assert result["shared_memory"]
@@ -112,12 +125,14 @@ def test_every_call_matches_mpi(world_size, runner, check, monkeypatch):
     assert result["mismatches"] == (5 if check != "off" else 1)  # check=off: the runner still compares sizes
 
 
+@pytest.mark.any_mpi
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU affinity is Linux-only")
 def test_ranks_bound_to_a_core_each_do_not_count_as_sharing_cores():
-    """`mpiexec -bind-to core` gives each rank one CPU: ranks share cores only if the union of their affinities is
-    smaller than their number (each rank's own set of 1 CPU once made 2 bound ranks on 2 cores yield the CPU on
-    every poll, as if 4 ranks shared 2 cores)."""
-    result = launch(["-bind-to", "core", "-n", "2", sys.executable, str(PROGRAMS / "host_layout.py")], timeout=60)
+    """`bind_to="core"` (`mpiexec -bind-to core`, Open MPI's `--bind-to core`) gives each rank one CPU: ranks
+    share cores only if the union of their affinities is smaller than their number (each rank's own set of 1 CPU
+    once made 2 bound ranks on 2 cores yield the CPU on every poll, as if 4 ranks shared 2 cores)."""
+    launcher.skip_unless(bind_to="core")
+    result = launch((2, [sys.executable, str(PROGRAMS / "host_layout.py")]), timeout=60, bind_to="core")
     affinities = result["affinities"]
     if any(len(cpus) != 1 for cpus in affinities):
         pytest.skip(f"mpiexec did not bind the ranks to one CPU each here: {affinities}")

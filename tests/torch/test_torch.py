@@ -11,11 +11,11 @@ test_torch_suite.py.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
+import launcher
 import numpy as np
 import pytest
 
@@ -26,7 +26,6 @@ pytest.importorskip("mpi4py")
 import torch.distributed as dist  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
 CHECK = Path(__file__).parent / "programs" / "check_torch.py"
 CHECK_CALLS = Path(__file__).parent / "programs" / "check_framework_calls.py"
 DDP_TRAIN = ROOT / "examples" / "ddp_train.py"
@@ -42,14 +41,11 @@ RTOL, ATOL = 1e-5, 1e-6
 # ~0.1-1, i.e. float16 round-off (2^-11 relative); the check allows 1e-3 relative + 2e-4 absolute.
 FP16_RTOL, FP16_ATOL = 1e-3, 2e-4
 
-needs_mpiexec = pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no mpiexec next to {sys.executable}")
-
 
 def launch(n: int, *argv: str, timeout: float = TIMEOUT) -> dict:
     """`mpiexec -n n python argv...`, returning rank 0's RESULT line."""
-    env = dict(os.environ, MPIEXEC_TIMEOUT=str(int(timeout)), COLLECTIVES_TIMEOUT="60", OMP_NUM_THREADS="1",
-               PYTHONWARNINGS="ignore::FutureWarning")
-    cmd = [str(MPIEXEC), "-n", str(n), sys.executable, *argv]
+    cmd, env = launcher.command(n, [sys.executable, *argv], timeout=timeout, env={
+        "COLLECTIVES_TIMEOUT": "60", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore::FutureWarning"})
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 15, env=env, cwd=ROOT)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, (
@@ -86,7 +82,6 @@ def test_numpy_views_are_zero_copy(dtype):
     assert list(a.astype(np.float64)) == [0, 1, 5, 3, 4, 5]
 
 
-@needs_mpiexec
 def test_every_collective_dtype_and_op_on_3_ranks():
     result = launch(3, str(CHECK))
     assert result["failures"] == 0, "\n".join(result["messages"])
@@ -108,14 +103,12 @@ def _ddp_weights(tmp_path, n: int, *extra: str) -> dict:
     return weights
 
 
-@needs_mpiexec
 def test_ddp_training_matches_gloo(tmp_path):
     weights = _ddp_weights(tmp_path, 4)
     for name, w in weights["gloo"].items():
         torch.testing.assert_close(weights["collectives"][name], w, rtol=RTOL, atol=ATOL, msg=name)
 
 
-@needs_mpiexec
 def test_ddp_fp16_compression_hook_matches_gloo(tmp_path):
     """DDP's fp16_compress_hook chains a `then` callback on the Work's future; the reducer waits on the result from
     C++, so the backend must complete futures nobody waits on in Python."""
@@ -124,7 +117,6 @@ def test_ddp_fp16_compression_hook_matches_gloo(tmp_path):
         torch.testing.assert_close(weights["collectives"][name], w, rtol=FP16_RTOL, atol=FP16_ATOL, msg=name)
 
 
-@needs_mpiexec
 @pytest.mark.parametrize("n", [2, 4])
 def test_framework_calls(n):
     result = launch(n, str(CHECK_CALLS), timeout=150)
@@ -132,7 +124,6 @@ def test_framework_calls(n):
     assert result["cases"] >= 80
 
 
-@needs_mpiexec
 @pytest.mark.parametrize("n", [2, 4])
 def test_fsdp2_matches_gloo(tmp_path, n):
     """FSDP2 (fully_shard on a CPU device mesh): losses and parameters bitwise equal to gloo's on 2 ranks (one
@@ -156,11 +147,9 @@ def test_fsdp2_matches_gloo(tmp_path, n):
             torch.testing.assert_close(ours["parameters"][name], w, rtol=1e-5, atol=1e-6, msg=name)
 
 
-@needs_mpiexec
 def test_timeout_surfaces_from_wait():
-    env = dict(os.environ, MPIEXEC_TIMEOUT="60", PYTHONWARNINGS="ignore::FutureWarning")
-    cmd = [str(MPIEXEC), "-n", "2", sys.executable, str(Path(__file__).parent / "programs" / "check_timeout.py")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=75, env=env, cwd=ROOT)
+    proc = launcher.run(2, [sys.executable, str(Path(__file__).parent / "programs" / "check_timeout.py")], timeout=60,
+                        cwd=ROOT, env={"PYTHONWARNINGS": "ignore::FutureWarning"})
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
     result = json.loads(lines[-1][len("RESULT "):])

@@ -1,7 +1,7 @@
 """Measure which algorithm auto should run on this host: `collectives calibrate --decisions FILE`.
 
-For each collective and size, MPI's own collective and every registered algorithm that runs here without a
-topology (plus a pipelined ring or tree where the buffer is large enough to pipeline) are timed against each
+For each collective and size, MPI's own collective (called through the communicator, as auto would run it) and
+every registered algorithm that runs here without a topology (plus a pipelined ring or tree where the buffer is large enough to pipeline) are timed against each
 other in interleaved trials (compare.py), through the communicator's own path with its call agreement on, as a
 user's call runs; the fastest (median over trials) wins the size. Consecutive sizes with the same winner make
 one row of the decision table (collectives/decisions.py) that auto reads.
@@ -53,10 +53,12 @@ def measure(comm, collectives=COLLECTIVES, sizes=SIZES, dtype=None, trials: int 
                 n = max(1, n // p) * p
             elems = n * p if collective == "allgather" else n  # compare.buffers takes nccl-tests' sizes
             x, out = buffers(collective, elems, p, dtype)
-            specs = candidate_specs(collective, x.nbytes, p)
+            # MPI's own collective as auto would run it: through the communicator's plan, with its call agreement
+            # (raw MPI, candidate 0, is only the yardstick: at 8 B the agreement costs several times the call)
+            specs = [*candidate_specs(collective, x.nbytes, p), ("native", {})]
             result = compare(mpi, calls(comm, collective, x, out, specs), trials, seconds)
-            best = result.fastest()
-            name, params = ("native", {}) if best == 0 else specs[best - 1]
+            best = max(range(1, len(result.labels)), key=result.ratio)
+            name, params = specs[best - 1]
             winners.append((x.nbytes, name, params))
             if log is not None:
                 log(f"{collective} {x.nbytes} B per rank: {label(name, params)} "

@@ -28,6 +28,7 @@ import numpy as np
 from collectives.registry import register
 from collectives.schedule import ChunkTable, Phase, Round, Schedule, check_chunks, recv, recv_reduce, send
 
+from ._pipeline import Lane, lane, memo, pipelined_phase
 from .chain import pipeline_rounds
 
 
@@ -43,28 +44,29 @@ def btree_parents(n: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Tree:
-    """One tree as per-rank arrays: parent (-1 at the root), two children (-1 where absent), height, depth."""
+    """One tree as per-node arrays: parent (-1 at the root), children (-1 where absent, increasing), height,
+    depth."""
 
     parent: np.ndarray
-    children: np.ndarray  # (n, 2)
+    children: np.ndarray  # (n, 2), or (n, 3) for NCCL's trees (a domain head: its chain and two domains)
     height: np.ndarray
     depth: np.ndarray
 
     @classmethod
-    def from_parents(cls, parent: np.ndarray) -> Tree:
+    def from_parents(cls, parent: np.ndarray, max_children: int = 2) -> Tree:
         n = parent.size
         nodes = np.arange(n, dtype=np.int64)
         has_parent = parent >= 0
         assert int((~has_parent).sum()) == (1 if n else 0), "a tree has exactly one root"
         kids, owners = nodes[has_parent], parent[has_parent]
-        # a node's children in increasing order: the smaller one, then the larger one if there are two
         nkids = np.bincount(owners, minlength=n)
-        assert not (nkids > 2).any(), "binary tree: at most two children per node"
-        lo = np.full(n, n, dtype=np.int64)
-        hi = np.full(n, -1, dtype=np.int64)
-        np.minimum.at(lo, owners, kids)
-        np.maximum.at(hi, owners, kids)
-        children = np.stack([np.where(nkids >= 1, lo, -1), np.where(nkids == 2, hi, -1)], axis=1)
+        assert not (nkids > max_children).any(), f"at most {max_children} children per node"
+        # a node's children in increasing order
+        order = np.lexsort((kids, owners))
+        kids, owners = kids[order], owners[order]
+        first = np.searchsorted(owners, owners)
+        children = np.full((n, max_children), -1, dtype=np.int64)
+        children[owners, np.arange(kids.size) - first] = kids
         # depth by pointer jumping: after step i, anc is the 2^i-th ancestor (-1 above the root) and depth counts
         # the edges climbed so far: O(n lg depth)
         depth = has_parent.astype(np.int64)  # distance to anc (the depth once anc = -1)
@@ -179,16 +181,127 @@ def dbt_rounds(trees: tuple[Tree, Tree], chunks: int) -> list[Round]:
     return pipeline_rounds(slots, 2 * max(heights), chunks, "double binary tree")
 
 
+def _replicas(tree: Tree, members) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    members = np.atleast_2d(np.asarray(members, np.int64))
+    R, n = members.shape
+    return members, np.repeat(np.arange(R, dtype=np.int64), n), np.tile(np.arange(n, dtype=np.int64), R)
+
+
+def tree_up_lanes(tree: Tree, members, data, lag: int = 0) -> list[Lane]:
+    """The reduction up `tree`, replicated: `members[r, node]` plays tree node `node` in replica r, `data(k, r)`
+    is the chunk range replica r moves for piece k. A node of height h sends piece k to its parent in round
+    k + lag + h; the parent reduce-receives it in that round (its children are all lower), so the root holds
+    piece k reduced after round k + lag + H - 1."""
+    members, rep, node = _replicas(tree, members)
+
+    def of(x):  # member of tree node x in each replica, -1 where x < 0
+        return np.where(x >= 0, members[rep, np.maximum(x, 0)], -1)
+
+    chunks = lambda k, at: data(k, rep[at])  # noqa: E731
+    me = members.ravel()
+    lanes = []
+    for j in range(tree.children.shape[1]):  # each child's copy in the round it sends it
+        child = tree.children[node, j]
+        lanes.append(lane(recv_reduce, me, of(child), lag + tree.height[np.maximum(child, 0)], chunks))
+    lanes.append(lane(send, me, of(tree.parent[node]), lag + tree.height[node], chunks))
+    return lanes
+
+
+def tree_down_lanes(tree: Tree, members, data, start: int) -> list[Lane]:
+    """The broadcast down `tree` from its root, replicated as in tree_up_lanes: a node of depth d receives
+    piece k from its parent in round k + start + d - 1 and sends it to its children in the next."""
+    members, rep, node = _replicas(tree, members)
+
+    def of(x):
+        return np.where(x >= 0, members[rep, np.maximum(x, 0)], -1)
+
+    chunks = lambda k, at: data(k, rep[at])  # noqa: E731
+    me = members.ravel()
+    lanes = [lane(recv, me, of(tree.parent[node]), start + tree.depth[node] - 1, chunks)]
+    for j in range(tree.children.shape[1]):
+        lanes.append(lane(send, me, of(tree.children[node, j]), start + tree.depth[node], chunks))
+    return lanes
+
+
+def tree_lanes(tree: Tree, members, data, lag: int = 0, height: int | None = None) -> list[Lane]:
+    """One tree's allreduce as pipelined lanes: up (tree_up_lanes) then down from the root once it holds the
+    piece (tree_down_lanes at lag + H; H: `height`, default the tree's own, so trees sharing rounds can share
+    one H)."""
+    H = int(tree.height.max(initial=0)) if height is None else int(height)
+    return tree_up_lanes(tree, members, data, lag) + tree_down_lanes(tree, members, data, lag + H)
+
+
+def nccl_trees(topology, channels: int) -> list[Tree]:
+    """NCCL's tree of each channel over all ranks of a multi-domain cluster (src/graph/trees.cc, connect.cc):
+    across domains channel c uses tree c % 2 of the double binary tree over the domains; inside a domain the
+    GPUs form a chain whose head, GPU h = (c // 2) mod G, links the domain to its parent and child domains'
+    heads (the same local index, so one NIC rail per channel pair). A head has up to three children: the next
+    GPU of its chain and two domains' heads."""
+    G, D = topology.gpus_per_domain, topology.num_domains
+    domain_trees = double_binary_tree(D)
+    out = []
+    d = np.repeat(np.arange(D, dtype=np.int64), G)
+    j = np.tile(np.arange(G, dtype=np.int64), D)
+    for c in range(channels):
+        tr = domain_trees[c % 2]
+        h = (c // 2) % G
+        q = (j - h) % G  # position in the domain's chain, head first
+        parent = np.where(q > 0, d * G + (j - 1) % G, np.where(tr.parent[d] >= 0, tr.parent[d] * G + h, -1))
+        out.append(Tree.from_parents(parent, max_children=3))
+    return out
+
+
+def _itemsize(dtype) -> int:
+    return 2 if str(dtype).lower() == "bfloat16" else int(np.dtype(dtype).itemsize)
+
+
+def default_channels(topology) -> int:
+    """NCCL's tree channels on a runtime cluster (one pair per NIC across domains; at least one pair, fewer than
+    NCCL's where ring.CHANNEL_LANE_BUDGET bounds them), else the two trees."""
+    from .ring import CHANNEL_LANE_BUDGET
+
+    rt = getattr(topology, "runtime", None)
+    if rt is None:
+        return 2
+    return max(2, min(rt.channels("tree"), CHANNEL_LANE_BUDGET // max(topology.world_size, 1)))
+
+
 @register("double_binary_tree", ("allreduce",),
-          summary="NCCL's double binary tree: half the data up and down each of two complementary trees, "
-                  "pipelined over `chunks` segments")
+          summary="NCCL's tree: two complementary binary trees each carrying half the data (across domains: "
+                  "chains inside, trees over the domains, one channel pair per NIC), pipelined over `chunks`")
 def build_double_binary_tree(collective: str, world_size: int, count: int, *, root=None, topology=None,
-                             chunks: int = 1) -> Schedule:
-    p, c = world_size, check_chunks("double_binary_tree", chunks)
+                             chunks: int | None = None, channels: int | None = None, protocol: str = "Simple",
+                             dtype="float32") -> Schedule:
+    p = world_size
     if collective != "allreduce":
         raise ValueError(f"double_binary_tree implements allreduce only, not {collective}")
-    trees = double_binary_tree(p)
-    ranks = np.arange(p, dtype=np.int64)[None, :]
-    # block b (one half of the buffer) belongs to tree b; chunk id = b * chunks + segment
-    phase = Phase("double binary tree", ranks, ChunkTable.whole(count, 2, c), dbt_rounds(trees, c))
-    return Schedule("double_binary_tree", collective, p, count, [phase], params={"chunks": c}, topology=topology)
+    domains = getattr(topology, "num_domains", 1) if topology is not None else 1
+    nccl = domains > 1 and getattr(topology, "world_size", None) == p
+    C = (default_channels(topology) if nccl else 2) if channels is None else \
+        check_chunks("double_binary_tree", channels, "channels")
+    if chunks is None:
+        rt = getattr(topology, "runtime", None)
+        c = 1 if rt is None else rt.pieces("tree", protocol, count * _itemsize(dtype), C)
+    else:
+        c = check_chunks("double_binary_tree", chunks)
+    ranks = np.arange(p, dtype=np.int64)
+    params = {"chunks": c, "channels": C, "latency_class": "tree"}
+    if not nccl:
+        if C != 2:
+            raise ValueError(f"double_binary_tree over one domain runs its two trees (channels=2), got channels={C}")
+        # block b (one half of the buffer) belongs to tree b; chunk id = b * chunks + segment
+        phase = Phase("double binary tree", ranks[None, :], ChunkTable.whole(count, 2, c),
+                      dbt_rounds(double_binary_tree(p), c))
+        return Schedule("double_binary_tree", collective, p, count, [phase], params=params, topology=topology)
+    # channel t carries part t of every piece: chunk id = piece * channels + t (piece-major)
+
+    def stages():  # independent of the size: kept across a sweep's sizes
+        lanes = []
+        for t, tree in enumerate(nccl_trees(topology, C)):
+            lanes += tree_lanes(tree, ranks[None, :], lambda k, r, t=t: (k * C + t, 1))
+        return lanes
+
+    lanes = memo(topology, ("nccl_tree", C), stages)
+    phase = pipelined_phase("NCCL tree (chains in domains, double binary tree across)", ranks,
+                            ChunkTable.whole(count, c, C), lanes, c, piece_invariant=True)
+    return Schedule("double_binary_tree", collective, p, count, [phase], params=params, topology=topology)

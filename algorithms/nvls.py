@@ -1,68 +1,156 @@
 """NVLS: the scale-up domain's switch reduces and multicasts (NVLink SHARP), as a switch node of the schedule.
 
-Vocabulary (shared with _innetwork.py). The domain's N GPUs and its switch form one *NVLS group*; the buffer
-is cut into N *slices* (slice j is GPU j's) and, for pipelining, into `chunks` *pieces*.
+Vocabulary. The domain's N GPUs and its switch form one *NVLS group*; the buffer is cut into N *slices* (slice j
+is GPU j's) and, for pipelining, into *pieces* that stream through the switch one round apart. In a piece,
+GPU j's *part* is its share: 1/N of the piece for allreduce (piece-major table: a piece is N parts), the
+piece's overlap with slice j for reduce_scatter and allgather (slice-major table, so that GPU j's slice is
+exactly its contract block).
 
-* reduce_scatter: every GPU sends each piece whole to the switch, which reduce-receives all N copies in one
-  round (one fused reduction: `multimem.ld_reduce`) and in the next round sends GPU j its part of slice j.
-  Per GPU: D sent, D/N received.
-* allgather: GPU j sends its slice to the switch, which multicasts each piece to every GPU (`multimem.st`):
-  D/N sent, D received (the sender's own slice comes back too, as the multicast writes every GPU).
-* allreduce: the two fused per piece (NCCL's two-shot NVLS): about (1 + 1/N)·D each way per GPU, against
-  2(N-1)/N·D for a ring.
+* reduce (lag 0): every GPU sends the piece to the switch, which reduce-receives all N copies in one round
+  (one fused reduction: `multimem.ld_reduce`, NCCL src/device/reduce_kernel.h);
+* scatter (next lag): the switch sends GPU j its part;
+* gather: GPU j sends its part to the switch;
+* multicast (next lag): the switch sends the piece to every GPU (`multimem.st`; the sender's own part too).
 
-Only op/dtype pairs the switch offloads run on it (topology.nvls.refusal); otherwise, and when the domain's
-switch cannot reduce, the schedule is the host `fallback` algorithm inside the domain, and schedule.notes and
-params["fallback_reason"] say why. NVLS spans one domain: a multi-domain cluster needs `hierarchical`.
+reduce_scatter = reduce + scatter: per GPU D sent, D/N received. allgather = gather + multicast: D/N sent, D
+received. allreduce = all four, per piece (NCCL's two-shot NVLS): (1 + 1/N)·D each way per GPU, against
+2(N-1)/N·D for a ring. The four stages overlap across pieces, so the switch's two directions are busy at once.
+
+Pieces: `chunks` by default follows NCCL (topology/runtime.py, chunk_bytes: 16-128 KiB per channel, 16 channels
+on Hopper) on clusters that run NCCL's runtime, else 1. Only op/dtype pairs the switch offloads run on it
+(topology.nvls.refusal); otherwise, and when the domain's switch cannot reduce, the schedule is the host
+`fallback` algorithm inside the domain, and schedule.notes and params["fallback_reason"] say why. NVLS spans one
+domain: a multi-domain cluster needs `hierarchical` or `nvls_tree`.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from collectives.registry import register
-from collectives.schedule import ChunkTable, Schedule, check_chunks
+from collectives.schedule import ChunkTable, Schedule, check_chunks, recv, recv_reduce, send
 
-from ._innetwork import (
-    check_topology,
-    fallback_schedule,
-    finish,
-    nvls_allgather_phase,
-    nvls_allreduce_phase,
-    nvls_groups,
-    nvls_reduce_scatter_phase,
-)
+from ._innetwork import check_topology, fallback_schedule, finish, nbytes_of, runtime_pieces
+from ._pipeline import Lane, lane, memo, pipelined_phase
 
 
-def nvls_phases(collective: str, topology, count: int, chunks: int) -> list:
-    """The NVLS phases of `collective` run in every domain of `topology` at once (count: the work buffer)."""
-    groups = nvls_groups(topology)
-    n, d = topology.gpus_per_domain, topology.num_domains
-    if collective == "allreduce":
-        return [nvls_allreduce_phase("NVLS allreduce", groups, ChunkTable.whole(count, chunks, n, groups=d))]
-    table = ChunkTable.whole(count, n, chunks, groups=d)
+def _domain_rows(gpus: np.ndarray, switches: np.ndarray):
+    """(GPU members flat, their switch, their local index) of (D, N) GPU members and (D,) switch members."""
+    D, N = gpus.shape
+    return gpus.ravel(), np.repeat(switches, N), np.tile(np.arange(N, dtype=np.int64), D)
+
+
+def reduce_lanes(gpus, switches, lag: int, piece) -> list[Lane]:
+    """Every GPU sends `piece(k)` to its switch, which reduce-receives the N copies in the same round."""
+    flat, sw, _ = _domain_rows(gpus, switches)
+    whole = lambda k, at: piece(k)  # noqa: E731  (every member moves the same chunk range)
+    lanes = [lane(send, flat, sw, lag, whole)]
+    lanes += [lane(recv if i == 0 else recv_reduce, switches, gpus[:, i], lag, whole) for i in range(gpus.shape[1])]
+    return lanes
+
+
+def scatter_lanes(gpus, switches, lag: int, part) -> list[Lane]:
+    """The switch sends GPU j its part `part(k, j)` of piece k; GPU j stores it."""
+    flat, sw, local = _domain_rows(gpus, switches)
+    lanes = [lane(send, switches, gpus[:, i], lag, lambda k, at, i=i: part(k, i)) for i in range(gpus.shape[1])]
+    lanes.append(lane(recv, flat, sw, lag, lambda k, at: part(k, local[at])))
+    return lanes
+
+
+def gather_lanes(gpus, switches, lag: int, part) -> list[Lane]:
+    """GPU j sends its part `part(k, j)` to the switch, which stores every GPU's part."""
+    flat, sw, local = _domain_rows(gpus, switches)
+    lanes = [lane(send, flat, sw, lag, lambda k, at: part(k, local[at]))]
+    lanes += [lane(recv, switches, gpus[:, i], lag, lambda k, at, i=i: part(k, i)) for i in range(gpus.shape[1])]
+    return lanes
+
+
+def multicast_lanes(gpus, switches, lag: int, piece) -> list[Lane]:
+    """The switch sends `piece(k)` to every GPU of its domain (one multicast: every GPU, the senders' too)."""
+    flat, sw, _ = _domain_rows(gpus, switches)
+    whole = lambda k, at: piece(k)  # noqa: E731
+    lanes = [lane(send, switches, gpus[:, i], lag, whole) for i in range(gpus.shape[1])]
+    lanes.append(lane(recv, flat, sw, lag, whole))
+    return lanes
+
+
+def slice_part(n: int, pieces: int):
+    """In a slice-major table (blocks = n slices, sub = pieces), piece k is chunks [k n, (k+1) n) and GPU j's
+    part is its overlap with slice j, [j pieces, (j+1) pieces) (empty in most pieces when pieces > 1)."""
+
+    def piece(k):
+        return k * n, n
+
+    def part(k, j):
+        lo = np.maximum(j * pieces, k * n)
+        hi = np.minimum((j + 1) * pieces, (k + 1) * n)
+        return lo, np.maximum(hi - lo, 0)
+
+    return piece, part
+
+
+def nvls_members(topology) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(node ids of the members: every rank, then every domain switch; GPU members (D, G); switch members (D,))."""
+    N, D = topology.world_size, topology.num_domains
+    nodes = np.concatenate([np.arange(N, dtype=np.int64), topology.nvswitches()])
+    return nodes, np.arange(N, dtype=np.int64).reshape(D, -1), N + np.arange(D, dtype=np.int64)
+
+
+def nvls_phase(collective: str, topology, work: int, pieces: int):
+    """The NVLS phase of `collective` in every domain of `topology` at once (work: the work buffer)."""
+    nodes, gpus, switches = nvls_members(topology)
+    n = topology.gpus_per_domain
+    if collective == "allreduce":  # piece-major: piece k = parts k n .. k n + n - 1, part j = 1/n of the piece
+        table = ChunkTable.whole(work, pieces, n, groups=1)
+        piece = lambda k: (k * n, n)  # noqa: E731
+        part = lambda k, j: (k * n + j, 1)  # noqa: E731
+        lanes = memo(topology, ("nvls allreduce",), lambda: reduce_lanes(gpus, switches, 0, piece) +
+                     scatter_lanes(gpus, switches, 1, part) + gather_lanes(gpus, switches, 2, part) +
+                     multicast_lanes(gpus, switches, 3, piece))
+        return pipelined_phase("NVLS allreduce", nodes, table, lanes, pieces, piece_invariant=True)
+    table = ChunkTable.whole(work, n, pieces)  # slice j: every domain's GPU j (the same range in every domain)
+    piece, part = slice_part(n, pieces)
     if collective == "reduce_scatter":
-        return [nvls_reduce_scatter_phase("NVLS reduce-scatter", groups, table)]
-    return [nvls_allgather_phase("NVLS allgather", groups, table)]
+        lanes = memo(topology, ("nvls reduce-scatter", pieces), lambda: reduce_lanes(gpus, switches, 0, piece) +
+                     scatter_lanes(gpus, switches, 1, part))
+        return pipelined_phase("NVLS reduce-scatter", nodes, table, lanes, pieces)
+    lanes = memo(topology, ("nvls allgather", pieces), lambda: gather_lanes(gpus, switches, 0, part) +
+                 multicast_lanes(gpus, switches, 1, piece))
+    return pipelined_phase("NVLS allgather", nodes, table, lanes, pieces)
 
 
 @register("nvls", ("allreduce", "reduce_scatter", "allgather"), needs_topology=True,
           summary="NVLink SHARP in one domain: the switch reduces (reduce-scatter) and multicasts (allgather); "
-                  "allreduce fuses both per piece; `chunks` pieces")
+                  "allreduce pipelines both per piece; `chunks` pieces (default: NCCL's chunking)")
 def build_nvls(collective: str, world_size: int, count: int, *, root=None, topology=None, dtype="float32",
-               op: str = "sum", chunks: int = 1, fallback: str = "ring") -> Schedule:
+               op: str = "sum", chunks: int | None = None, protocol: str = "Simple",
+               fallback: str = "ring") -> Schedule:
     check_topology("nvls", topology, world_size)
     if topology.num_domains != 1:
         raise ValueError(f"nvls reduces inside one NVLink domain, and {topology.name!r} has "
-                         f"{topology.num_domains} domains: use algorithm hierarchical with intra=nvls to reduce "
-                         "across domains (Python: algorithm='hierarchical', intra='nvls'; command line: "
-                         "--algorithms hierarchical:intra=nvls)")
-    c = check_chunks("nvls", chunks)
+                         f"{topology.num_domains} domains: use nvls_tree, or hierarchical with intra=nvls, to "
+                         "reduce across domains (Python: algorithm='hierarchical', intra='nvls'; command line: "
+                         "--algorithms nvls_tree or --algorithms hierarchical:intra=nvls)")
     reason = topology.nvls.refusal(op, dtype)
     if reason is not None:
         return fallback_schedule("nvls", "NVLS", reason, fallback, [], collective=collective, world_size=world_size,
-                                 count=count, root=None, chunks=c, dtype=str(dtype), op=op, topology=topology)
+                                 count=count, root=None, chunks=chunks, dtype=str(dtype), op=op, topology=topology)
     work = count * world_size if collective == "allgather" else count
-    sched = Schedule("nvls", collective, world_size, count, nvls_phases(collective, topology, work, c),
-                     params={"chunks": c, "dtype": str(dtype), "op": op,
-                             "accumulator": topology.nvls.accumulator(dtype)})
+    if chunks is None:
+        c = runtime_pieces(topology, "nvls", nbytes_of(work, dtype))
+    else:
+        c = check_chunks("nvls", chunks)
+    sched = Schedule("nvls", collective, world_size, count, [nvls_phase(collective, topology, work, c)],
+                     params={"chunks": c, "dtype": str(dtype), "op": op, "latency_class": "nvls",
+                             "accumulator": topology.nvls.accumulator(dtype), **_channels(topology)})
     finish(sched, topology, topology.nvswitches())
     return sched
+
+
+def _channels(topology) -> dict:
+    rt = getattr(topology, "runtime", None)
+    return {"channels": rt.nvls_channels} if rt is not None else {}
+
+
+__all__ = ["gather_lanes", "multicast_lanes", "nvls_members", "nvls_phase", "reduce_lanes", "scatter_lanes",
+           "slice_part"]

@@ -1,42 +1,184 @@
-"""SHARP (flat): every rank through one aggregation tree of the fat-tree's switches.
+"""SHARP: the fat-tree's switches aggregate: every rank's data climbs an aggregation tree, the result comes down.
 
-Vocabulary (shared with _innetwork.py). The *tree* is `topology.sharp_tree()` over all ranks: leaves are the
-leaf switches holding the ranks' NICs, each higher level one switch per group of children, up to one *root*
-switch. The buffer is cut into `chunks` *segments* that stream through the tree one level per round.
+Vocabulary. A *tree* is `topology.sharp_tree()`: leaves are the leaf switches holding the ranks' NICs, each
+higher level one switch per group of children, up to one *root*; its *depth* L is its number of switch levels.
+A *vertex* is a (tree, node) pair: a rank is a vertex of level 0, a switch of its level (a switch that serves
+several trees, as a small fat-tree's spines do for every rail, holds one vertex per tree, in tree order). A
+*forest* is the trees one phase runs side by side (flat sharp: one tree of all ranks; hierarchical and
+collnet: one per rail). The buffer is cut into *pieces* that stream through each tree one level per round.
 
-* allreduce: every rank sends its buffer (D) to its leaf; each switch reduce-receives all its children's
-  copies of a segment in one round (one fused reduction, children in a fixed order) and sends one result up;
-  the root's result comes back down by multicast (each switch sends the same segment to all its children in
-  one round) or by unicast (the aggregation node emits one copy per child, one child per round). Each rank
-  sends D and receives D, against 2(p-1)/p·D each way for a ring.
-* reduce: the same up pass; the result goes down only along the path to the root rank.
-* broadcast: the root's data climbs its path to the tree's root and comes down to every other rank.
+* climb (up): a vertex of level l sends piece k to its parent in round k + l; the parent reduce-receives all its
+  children's copies in that same round (one fused reduction, children in a fixed order: the first child's
+  copy is stored, the others reduced into it), so the root holds piece k reduced after round k + L - 1;
+* descent by multicast (down): a vertex of level l sends piece k to all its children in round k + 2L - l;
+* descent by unicast: the aggregation node emits one copy per child, one child per round (its own output rate
+  bounds it): child i of a level-l vertex gets piece k in round L + (L - l)·U + k·U + i, U the widest fan-out.
 
-The protocol follows the size (topology.sharp.protocol): LLT below the SAT threshold, with segments of at
-most ost_quota / (pipeline stages) outstanding transactions of ost_size bytes, so no more than the OST quota
-is in flight; SAT (streaming, exclusive tree lock) above it, with a deep pipeline. When SHARP cannot serve
-the call (no tree, op/dtype not offloaded, too few nodes, tree quota, SAT lock denied) the schedule is the
-host `fallback` algorithm and schedule.notes and params["fallback_reason"] say why; it is logged too.
+allreduce = climb + descent. reduce = climb, then the descent only along the root rank's path. broadcast = the
+root rank's data climbs its path (stored, not reduced), then comes down to every other vertex. gather (the
+hierarchical allgather) = every rank's block climbs and each switch stores its children's adjacent ranges; the
+root's whole range comes down. Each rank sends D and receives D, against 2(p-1)/p·D each way for a ring.
+
+The protocol follows the size (topology.sharp.protocol): LLT below the SAT threshold, with pieces of at most
+ost_quota / (pipeline stages) outstanding transactions of ost_size bytes, so no more than the OST quota is in
+flight; SAT (streaming, exclusive tree lock) above it, with a deep pipeline. When SHARP cannot serve the call
+(no tree, op/dtype not offloaded, too few nodes, tree quota, SAT lock denied) the schedule is the host
+`fallback` algorithm, and schedule.notes and params["fallback_reason"] say why; it is logged too
+(_innetwork.py holds the refusal logic the in-network builders share).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
+
 from collectives.registry import register
-from collectives.schedule import ChunkTable, Schedule
+from collectives.schedule import ChunkTable, Schedule, recv, recv_reduce, send
 from collectives.topology.capabilities import dtype_name
 
-from ._innetwork import (
-    build_forest,
-    check_topology,
-    default_fallback,
-    fallback_schedule,
-    finish,
-    forest_phase,
-    itemsize,
-    sharp_plan,
-)
+from ._innetwork import check_topology, default_fallback, fallback_schedule, finish, itemsize, sharp_plan
+from ._pipeline import Lane, lane, memo, pipelined_phase
 
 RESULTS = ("multicast", "unicast")
+
+
+@dataclass(frozen=True)
+class Forest:
+    """Aggregation trees as flat vertex arrays. Members are the trees' ranks (increasing), then every switch
+    they use (increasing); a vertex is one member's place in one tree."""
+
+    members: np.ndarray  # node ids
+    member: np.ndarray  # per vertex: its member index
+    tree: np.ndarray  # per vertex: its tree
+    level: np.ndarray  # per vertex: 0 for ranks, the switch level otherwise
+    parent: np.ndarray  # per vertex: the parent vertex (-1 at roots)
+    position: np.ndarray  # per vertex: its index among its parent's children
+    slot: np.ndarray  # per vertex: its index among its member's vertices (tree order)
+    depth: np.ndarray  # per tree: switch levels
+
+    @property
+    def fanout(self) -> int:
+        return int(self.position.max(initial=0)) + 1
+
+    @property
+    def switches(self) -> np.ndarray:
+        return self.members[self.member[self.level > 0]]
+
+    def top(self) -> np.ndarray:
+        """Per vertex: its tree's depth."""
+        return self.depth[self.tree]
+
+
+def build_forest(trees: list, nodes=None) -> Forest:
+    """The vertices of `trees` (topology.SharpTree, each balanced: level l's children on level l - 1). `nodes`
+    (increasing node ids holding every tree node) are the members when the forest is part of a larger phase;
+    by default the members are the trees' ranks, then their switches."""
+    ranks = np.sort(np.concatenate([t.ranks for t in trees]))
+    if np.any(ranks[1:] == ranks[:-1]):
+        raise ValueError("a rank can take part in one aggregation tree of a phase only")
+    switches = np.unique(np.concatenate([lv.switches for t in trees for lv in t.levels]))
+    members = np.concatenate([ranks, switches]) if nodes is None else np.asarray(nodes, np.int64)
+    node, tree, level, parent_node = [], [], [], []
+    for ti, t in enumerate(trees):
+        parent_of = {}
+        for lv in t.levels:
+            for sw, kids in zip(lv.switches.tolist(), lv.children.tolist(), strict=True):
+                parent_of.update({c: sw for c in kids if c >= 0})
+        node.append(t.ranks)
+        level.append(np.zeros(t.ranks.size, np.int64))
+        for lv in t.levels:
+            node.append(lv.switches)
+            level.append(np.full(lv.switches.size, lv.level, np.int64))
+        n = np.concatenate(node[-1 - len(t.levels):])
+        tree.append(np.full(n.size, ti, np.int64))
+        parent_node.append(np.array([parent_of.get(x, -1) for x in n.tolist()], np.int64))
+    node, tree, level, parent_node = (np.concatenate(x) for x in (node, tree, level, parent_node))
+    member = np.searchsorted(members, node)
+    # a vertex's parent: the vertex of the parent node in the same tree
+    key = member * len(trees) + tree
+    order = np.argsort(key, kind="stable")
+    has = parent_node >= 0
+    parent = np.full(node.size, -1, np.int64)
+    want = np.searchsorted(members, parent_node[has]) * len(trees) + tree[has]
+    parent[has] = order[np.searchsorted(key[order], want)]
+    assert np.all(level[parent[has]] == level[has] + 1), "SHARP trees are balanced"
+    # position among the parent's children (children in vertex order), slot among the member's vertices
+    position = np.zeros(node.size, np.int64)
+    kids = np.flatnonzero(has)
+    if kids.size:
+        by_parent = kids[np.argsort(parent[kids], kind="stable")]
+        starts = np.r_[0, np.flatnonzero(np.diff(parent[by_parent])) + 1]
+        position[by_parent] = np.arange(by_parent.size) - np.repeat(starts, np.diff(np.r_[starts, by_parent.size]))
+    by_member = np.argsort(member * len(trees) + tree, kind="stable")
+    first = np.searchsorted(member[by_member], member[by_member])
+    slot = np.empty(node.size, np.int64)
+    slot[by_member] = np.arange(node.size) - first
+    return Forest(members, member, tree, level, parent, position, slot, np.array([t.depth for t in trees]))
+
+
+def _lanes_by(forest: Forest, vertices: np.ndarray, key: np.ndarray, make) -> list[Lane]:
+    """One lane per distinct key (in increasing order) over `vertices`, made by make(vertices of the key, key)."""
+    out = []
+    for k in np.unique(key).tolist():
+        out.append(make(vertices[key == k], k))
+    return out
+
+
+def climb_lanes(forest: Forest, data, lag: int = 0, reduce: bool = True, path=None) -> list[Lane]:
+    """Every vertex sends `data(piece, vertex)` to its parent at lag `lag` + its level; the parent stores its
+    first child's copy and reduce-receives the others in that round (`reduce=False`: stores each child's range,
+    as a gather does). `path` (a vertex mask) keeps only the vertices on it."""
+    f = forest
+    up = np.flatnonzero((f.parent >= 0) & (np.ones(f.member.size, bool) if path is None else path))
+    lanes = []
+    for k in np.union1d(f.slot[f.parent[up]], f.slot[up]).tolist():
+        # parent side: one lane per (parent slot, child position)
+        mine = up[f.slot[f.parent[up]] == k]
+        lanes += _lanes_by(f, mine, f.position[mine], lambda v, i: lane(
+            (recv_reduce if reduce and i > 0 else recv), f.member[f.parent[v]], f.member[v], lag + f.level[v],
+            lambda k_, at, v=v: data(k_, v[at])))
+        # child side: the vertices of slot k send
+        sender = up[f.slot[up] == k]
+        if sender.size:
+            lanes.append(lane(send, f.member[sender], f.member[f.parent[sender]], lag + f.level[sender],
+                              lambda k_, at, v=sender: data(k_, v[at])))
+    return lanes
+
+
+def descent_lanes(forest: Forest, data, lag: int = 0, multicast: bool = True, skip=None) -> list[Lane]:
+    """Every vertex with a parent receives `data(piece, vertex)` from it: by multicast at lag + 2L - level - 1
+    (its parent's level l sends to all children at lag + 2L - l), or by unicast one child per round (period U).
+    `skip` (a vertex mask) leaves out the vertices that already hold the data."""
+    f = forest
+    L = f.top()
+    down = np.flatnonzero((f.parent >= 0) & (np.ones(f.member.size, bool) if skip is None else ~skip))
+    if multicast:
+        lags, period = lag + 2 * L - f.level - 1, 1
+    else:
+        U = f.fanout
+        lags, period = lag + L + (L - f.level - 1) * U + f.position, U
+    lanes = []
+    for k in np.union1d(f.slot[f.parent[down]], f.slot[down]).tolist():
+        mine = down[f.slot[f.parent[down]] == k]
+        lanes += _lanes_by(f, mine, f.position[mine], lambda v, i: lane(
+            send, f.member[f.parent[v]], f.member[v], lags[v], lambda k_, at, v=v: data(k_, v[at]), period))
+        receiver = down[f.slot[down] == k]
+        if receiver.size:
+            lanes.append(lane(recv, f.member[receiver], f.member[f.parent[receiver]], lags[receiver],
+                              lambda k_, at, v=receiver: data(k_, v[at]), period))
+    return lanes
+
+
+def path_to(forest: Forest, rank: int) -> np.ndarray:
+    """Vertex mask: `rank`'s vertex and its ancestors."""
+    f = forest
+    on = np.zeros(f.member.size, bool)
+    v = int(np.flatnonzero((f.members[f.member] == rank) & (f.level == 0))[0])
+    while v >= 0:
+        on[v] = True
+        v = int(f.parent[v])
+    return on
 
 
 def sharp_options(topology, dtype, result, accumulator, reproducible) -> dict:
@@ -65,7 +207,8 @@ def build_sharp(collective: str, world_size: int, count: int, *, root=None, topo
     options = sharp_options(topology, dtype, result, accumulator, reproducible)
     notes: list[str] = []
     reducing = collective != "broadcast"
-    plan, reason = sharp_plan(topology, lambda: [topology.sharp_tree()], nbytes=count * itemsize(dtype),
+    plan, reason = sharp_plan(topology, lambda: memo(topology, ("sharp_tree",), lambda: [topology.sharp_tree()]),
+                              nbytes=count * itemsize(dtype),
                               op=op if reducing else "sum", dtype=dtype if reducing else "float32",
                               domains=topology.num_domains, trees_in_use=trees_in_use, sat_lock=sat_lock,
                               chunks=chunks, notes=notes)
@@ -76,13 +219,29 @@ def build_sharp(collective: str, world_size: int, count: int, *, root=None, topo
     trees = plan.pop("trees")
     c = plan["chunks"] if chunks is not None else min(plan["chunks"], max(count, 1))
     plan["chunks"] = c
-    forest = build_forest(trees)
-    phase = forest_phase(f"SHARP {collective}", forest, ChunkTable.whole(count, 1, c), collective, c,
-                         tree_chunk0=[0], multicast=options["result"] == "multicast",
-                         reproducible=options["reproducible"], root=root)
+    multicast = options["result"] == "multicast"
+
+    def stages():  # independent of the size: kept across a sweep's sizes
+        forest = build_forest(trees)
+        piece = lambda k, v: (k, 1)  # noqa: E731  (one tree: piece k is chunk k)
+        if collective == "allreduce":
+            return forest, climb_lanes(forest, piece) + descent_lanes(forest, piece, multicast=multicast)
+        path = path_to(forest, int(root))
+        if collective == "reduce":  # the result comes down only toward the root rank
+            return forest, climb_lanes(forest, piece) + descent_lanes(forest, piece, multicast=multicast, skip=~path)
+        # broadcast: the root's data climbs its path, then comes down to every vertex off it
+        return forest, climb_lanes(forest, piece, reduce=False, path=path) + \
+            descent_lanes(forest, piece, multicast=multicast, skip=path)
+
+    forest, lanes = memo(topology, ("sharp", collective, root, multicast), stages)
+    phase = pipelined_phase(f"SHARP {collective}", forest.members, ChunkTable.whole(count, c), lanes, c,
+                            piece_invariant=True)
     sched = Schedule("sharp", collective, world_size, count, [phase], root=root,
                      params={**plan, **options, "dtype": dtype_name(dtype), "op": op, "tree_root": trees[0].root,
-                             "tree_depth": trees[0].depth},
+                             "tree_depth": trees[0].depth, "latency_class": "collnet_direct"},
                      notes=notes)
     finish(sched, topology, forest.switches)
     return sched
+
+
+__all__ = ["Forest", "build_forest", "climb_lanes", "descent_lanes", "path_to", "sharp_options"]

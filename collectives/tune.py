@@ -1,289 +1,17 @@
-"""The tuner: the one place that picks an algorithm, by the analytic model, and says why.
+"""Tuning tables: the chooser's verdict per size range, with the runners-up (NCCL's tuning table, readable).
 
-- `choose(collective, nbytes, topology, world_size=None, dtype, op)` -> (name, reason): what `algorithm="auto"`
-  and the MPI transport call (cached);
-- `tune(topology, collective, sizes)` -> TuneTable: predicted time of every candidate per size, the winner, and
-  the size ranges each algorithm wins (NCCL's tuning table, readable);
-- `COLLECTIVES_ALGO` pins or excludes algorithms in NCCL_ALGO's syntax: "ring,double_binary_tree" (only these),
-  "^chain" (all but these), "allreduce:ring;broadcast:binomial" (per collective; a clause without a prefix applies
-  to every collective, a prefixed one overrides it for its collective);
-- `COLLECTIVES_DEBUG=INFO` logs every choice and its reason on logging.getLogger("collectives").
-
-Chunk selection: an algorithm whose builder pipelines over a `chunks` parameter (an integer default) is compared
-at its best chunk count, not its default: the tuner tries 1, 2, 4, ... up to `TUNE_MAX_CHUNKS` chunks of at least
-`TUNE_MIN_CHUNK_BYTES` each, stopping at the first count that is no faster than the previous one, and reports
-the count it chose (with the time) in the reason and the table. A `chunks` given by the caller is kept as is.
+`tune(topology, collective, sizes)` -> TuneTable: the predicted time of every candidate per size (each at the
+parameters `collectives.choice` would give it), the winner, and the size ranges each algorithm wins. The
+choice itself, COLLECTIVES_ALGO and COLLECTIVES_DEBUG live in `collectives.choice`; this module only tabulates.
 """
 
 from __future__ import annotations
 
-import functools
-import logging
 import sys
 import types
 from dataclasses import dataclass, field
 
-from . import environment
-from .schedule.collective import check_collective
-
-ENV_ALGO = "COLLECTIVES_ALGO"
-ENV_DEBUG = "COLLECTIVES_DEBUG"
-TUNE_MIN_CHUNK_BYTES = 64 << 10  # smallest pipeline chunk the tuner tries (bytes of the full buffer / chunks)
-TUNE_MAX_CHUNKS = 64
-# a chunk count is tried only while its schedule costs the analytic model (analysis_cost: member-rounds to
-# evaluate) at most TUNE_MAX_COST_RATIO times the default's, and at most TUNE_MAX_COST unless the default costs
-# more: pipelining a ring turns its one uniform round into p non-uniform ones (O(p^2) to analyse for a
-# candidate that cannot win), and at full scale (331,776 GPUs) one pipelined tree costs seconds per chunk count
-TUNE_MAX_COST_RATIO = 4
-TUNE_MAX_COST = 4_000_000
-log = logging.getLogger("collectives")
-
-
-@dataclass(frozen=True)
-class AlgoRule:
-    """One collective's filter: `names` is a whitelist, or with `exclude` a blacklist."""
-
-    names: tuple[str, ...]
-    exclude: bool
-
-    def allows(self, name: str) -> bool:
-        return (name in self.names) != self.exclude
-
-
-def parse_algo_env(text: str | None) -> dict[str | None, AlgoRule]:
-    """Parse NCCL_ALGO-style text into {collective or None (every collective): rule}."""
-    rules: dict[str | None, AlgoRule] = {}
-    for clause in (text or "").split(";"):
-        clause = clause.strip()
-        if not clause:
-            continue
-        coll: str | None = None
-        if ":" in clause:
-            coll, clause = (x.strip() for x in clause.split(":", 1))
-            check_collective(coll)
-        exclude = clause.startswith("^")
-        names = tuple(n.strip() for n in clause.lstrip("^").split(",") if n.strip())
-        if not names:
-            raise ValueError(f"{ENV_ALGO}: empty algorithm list in clause {clause!r}")
-        rules[coll] = AlgoRule(names, exclude)
-    return rules
-
-
-def _configure_logging() -> None:
-    level = environment.get(ENV_DEBUG)
-    if not level or getattr(_configure_logging, "done", None) == level:
-        return
-    _configure_logging.done = level  # type: ignore[attr-defined]
-    log.setLevel(getattr(logging, level, logging.INFO))
-    if not any(getattr(h, "_collectives", False) for h in log.handlers):
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("collectives %(levelname)s: %(message)s"))
-        handler._collectives = True  # type: ignore[attr-defined]
-        log.addHandler(handler)
-
-
-def candidates(collective: str, topology, env: str | None = None) -> tuple[list[str], str]:
-    """Algorithms implementing `collective` that COLLECTIVES_ALGO allows, and a note on the filter applied."""
-    from . import algorithms
-
-    check_collective(collective)
-    names = algorithms.names(collective)
-    rules = parse_algo_env(environment.get(ENV_ALGO) if env is None else env)
-    rule = rules.get(collective, rules.get(None))
-    if rule is None:
-        return names, ""
-    unknown = [n for n in rule.names if n not in algorithms.names()]
-    if unknown:
-        raise ValueError(f"{ENV_ALGO} names unknown algorithm(s) {', '.join(unknown)}; "
-                         f"known: {', '.join(algorithms.names())}")
-    kept = [n for n in names if rule.allows(n)]
-    how = ("excluded " if rule.exclude else "pinned to ") + ",".join(rule.names)
-    if not kept:
-        raise ValueError(f"{ENV_ALGO} leaves no algorithm for {collective} ({how}); "
-                         f"algorithms for {collective}: {', '.join(names)}")
-    return kept, f"{ENV_ALGO} {how}"
-
-
-def chunk_candidates(name: str, nbytes: int, params: dict | None = None) -> list[int]:
-    """Chunk counts the tuner tries for `name` at `nbytes` (ascending; [] when it does not choose them): powers
-    of two from 1 while a chunk keeps TUNE_MIN_CHUNK_BYTES, for builders with an integer `chunks` default that
-    the caller did not set."""
-    from .registry import parameters
-
-    if params and "chunks" in params:
-        return []
-    default = parameters(name).get("chunks", None)
-    if isinstance(default, bool) or not isinstance(default, int):
-        return []
-    out, c = [1], 2
-    while c <= TUNE_MAX_CHUNKS and nbytes // c >= TUNE_MIN_CHUNK_BYTES:
-        out.append(c)
-        c *= 2
-    return out
-
-
-def describe_choice(name: str, params: dict | None) -> str:
-    """`name`, or `name (chunks=8)` with the parameters the tuner chose."""
-    if not params:
-        return name
-    return f"{name} ({', '.join(f'{k}={v}' for k, v in sorted(params.items()))})"
-
-
-def analysis_cost(schedule) -> int:
-    """Member-rounds the analytic model evaluates for `schedule`: per round iteration it costs (a uniform
-    round counts once), the nodes of its phase."""
-    return sum((1 if r.uniform else r.repeats) * int((ph.groups >= 0).sum())
-               for ph in schedule.phases for r in ph.rounds if r.repeats)
-
-
-def _times_over_chunks(run, name: str, sizes: list[int], params: dict, cost=None) -> tuple[list[float], list[dict]]:
-    """Best predicted time per size over the chunk counts tried, and the parameters that gave it.
-
-    `run(sizes, extra)` returns the predicted times at `sizes` with builder parameters {**params, **extra};
-    `cost(extra)`, if given, the analysis cost of that schedule (see analysis_cost). Counts are tried in increasing
-    order; a size stops at the first count no faster than the one before, and every size stops at the first
-    count whose analysis costs more than the budget (TUNE_MAX_COST_RATIO, TUNE_MAX_COST)."""
-    best = run(sizes, {})
-    chosen: list[dict] = [{} for _ in sizes]
-    cands = [chunk_candidates(name, n, params) for n in sizes]
-    if not any(len(c) > 1 for c in cands):
-        return best, chosen
-    if cost is None:
-        budget = None
-    else:
-        base = cost({})
-        budget = min(TUNE_MAX_COST_RATIO * base, max(TUNE_MAX_COST, base))
-    prev = list(best)
-    live = [len(c) > 1 for c in cands]
-    c = 2
-    while c <= TUNE_MAX_CHUNKS:
-        idx = [i for i, n in enumerate(sizes) if live[i] and c in cands[i]]
-        if not idx or (budget is not None and cost({"chunks": c}) > budget):
-            break
-        times = run([sizes[i] for i in idx], {"chunks": c})
-        for i, t in zip(idx, times, strict=True):
-            if t < best[i]:
-                best[i], chosen[i] = t, {"chunks": c}
-            if not t < prev[i]:
-                live[i] = False
-            prev[i] = t
-        c *= 2
-    return best, chosen
-
-
-def _cost_of(name: str, topology, collective: str, nbytes: int, dtype: str, op: str, params: dict):
-    """cost(extra) for _times_over_chunks: analysis_cost of `name` built at `nbytes` with {**params, **extra}."""
-    from .simulate.api import build_schedule, count_for
-    from .simulate.model import itemsize
-
-    count = max(count_for(collective, nbytes, topology.world_size, itemsize(dtype)), 1)
-    if collective == "reduce_scatter":
-        count = max(count, topology.world_size)
-
-    def cost(extra: dict) -> int:
-        return analysis_cost(build_schedule(name, topology, collective, count, str(dtype), op, None,
-                                            **params, **extra))
-
-    return cost
-
-
-def predict(names: list[str], collective: str, nbytes: int, topology, dtype: str = "float32", op: str = "sum",
-            choose_chunks: bool = True, **params) -> tuple[dict[str, float], dict[str, str]]:
-    """Analytic time of each algorithm that builds for this case, and why the others were left out.
-
-    With `choose_chunks`, pipelined algorithms are timed at their best chunk count (see chunk_candidates;
-    `select` and `tune` report the count chosen)."""
-    times, skipped, _ = _predict(names, collective, nbytes, topology, dtype, op, choose_chunks, params)
-    return times, skipped
-
-
-def _predict(names, collective, nbytes, topology, dtype, op, choose_chunks, params):
-    from .simulate.api import simulate
-
-    times: dict[str, float] = {}
-    skipped: dict[str, str] = {}
-    chosen: dict[str, dict] = {}
-    for name in names:
-        own = dict(params.get(name, {}))
-
-        def run(sizes, extra, name=name, own=own):
-            return [simulate(name, topology, n, collective=collective, dtype=dtype, mode="analytic", op=op,
-                             **own, **extra).time for n in sizes]
-
-        try:
-            if choose_chunks:
-                (t,), (extra,) = _times_over_chunks(run, name, [int(nbytes)], own,
-                                                    _cost_of(name, topology, collective, int(nbytes), dtype, op, own))
-            else:
-                (t,), extra = run([int(nbytes)], {}), {}
-        except ValueError as exc:
-            skipped[name] = str(exc).splitlines()[0]
-            continue
-        times[name] = t
-        if extra:
-            chosen[name] = extra
-    return times, skipped, chosen
-
-
-def _resize(topology, world_size: int):
-    """The same machine with `world_size` ranks (one-domain clusters and fully connected topologies)."""
-    from .topology import from_dict
-
-    if world_size == topology.world_size:
-        return topology
-    d = topology.to_dict()
-    if d.get("kind") == "fully_connected":
-        d["n"] = world_size
-        return from_dict(d)
-    if d.get("kind") == "cluster" and d.get("domains") == 1:
-        d.update(gpus_per_domain=world_size, rails=None)
-        return from_dict(d)
-    raise ValueError(f"{topology.name} has {topology.world_size} ranks, not {world_size}; pass a topology of "
-                     f"the job's size")
-
-
-@functools.lru_cache(maxsize=4096)
-def _choose(collective: str, nbytes: int, topology, dtype: str, op: str, env: str | None
-            ) -> tuple[str, tuple, str]:
-    names, how = candidates(collective, topology, env)
-    if len(names) == 1:
-        return names[0], (), f"{how} (the only allowed algorithm for {collective})"
-    times, skipped, chosen = _predict(names, collective, nbytes, topology, dtype, op, True, {})
-    if not times:
-        raise ValueError(f"no algorithm builds {collective} on {topology.name}: "
-                         + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
-    ranked = sorted(times, key=times.get)
-    best = ranked[0]
-
-    def label(n: str) -> str:
-        return f"{describe_choice(n, chosen.get(n))} {times[n] * 1e6:,.2f} us"
-
-    reason = f"fastest by the analytic model at {nbytes:,} B: {label(best)}"
-    if len(ranked) > 1:
-        reason += "; runners-up " + ", ".join(label(n) for n in ranked[1:3])
-    if how:
-        reason += f" ({how})"
-    return best, tuple(sorted(chosen.get(best, {}).items())), reason
-
-
-def select(collective: str, nbytes: int, topology, world_size: int | None = None, dtype: str = "float32",
-           op: str = "sum", **_ignored) -> tuple[str, dict, str]:
-    """(algorithm, builder parameters the tuner chose for it, reason): `choose` with the chosen chunk count."""
-    _configure_logging()
-    if world_size is not None:
-        topology = _resize(topology, int(world_size))
-    name, chosen, reason = _choose(collective, int(nbytes), topology, str(dtype), str(op), environment.get(ENV_ALGO))
-    log.info("%s of %d B on %s (%d ranks): %s; %s", collective, nbytes, topology.name, topology.world_size,
-             describe_choice(name, dict(chosen)), reason)
-    return name, dict(chosen), reason
-
-
-def choose(collective: str, nbytes: int, topology, world_size: int | None = None, dtype: str = "float32",
-           op: str = "sum", **_ignored) -> tuple[str, str]:
-    """The algorithm to run for (collective, nbytes) on `topology`, and why (cached; reads COLLECTIVES_ALGO).
-    The reason names the chunk count the tuner chose; `select` returns it as parameters."""
-    name, _, reason = select(collective, nbytes, topology, world_size, dtype, op)
-    return name, reason
+from .choice import candidates, describe_choice, price
 
 
 @dataclass
@@ -323,14 +51,14 @@ class TuneTable:
                  "analytic model"]
         if self.note:
             lines.append(f"# {self.note}")
-        lines.append(f"# {'size range':<23} {'choice':<22} {'time(us)':>12}   runners-up: time(us)")
+        lines.append(f"# {'size range':<23} {'choice (protocol, channels)':<36} {'time(us)':>12}   runners-up: time(us)")
         by_size = {r.nbytes: r for r in self.rows}
         for lo, hi, name in self.ranges():
             rng = format_size(lo) if lo == hi else f"{format_size(lo)} - {format_size(hi)}"
             row = by_size[hi]
             others = sorted((n for n in row.times if n != name), key=row.times.get)
             runners = ", ".join(f"{row.label(n)} {row.times[n] * 1e6:,.2f}" for n in others[:3])
-            lines.append(f"  {rng:<23} {row.label(name):<22} {row.times[name] * 1e6:>12,.2f}   {runners} "
+            lines.append(f"  {rng:<23} {row.label(name):<36} {row.times[name] * 1e6:>12,.2f}   {runners} "
                          f"(at {format_size(hi)})")
         for name, why in self.skipped.items():
             lines.append(f"# not a candidate: {name}: {why}")
@@ -345,10 +73,11 @@ def tune(topology, collective: str = "allreduce", sizes=None, algorithms: list[s
          **params) -> TuneTable:
     """Predict every candidate at every size (bytes; default 8 B..8 GiB by powers of 2) and tabulate winners.
 
-    `params` maps an algorithm name to its builder parameters, e.g. hierarchical={"inter": "ring"}. With
-    `choose_chunks`, pipelined algorithms are timed at their best chunk count per size (row.params says which).
+    `params` maps an algorithm name to its builder parameters, e.g. hierarchical={"inter": "ring"}. Each
+    candidate is priced as `collectives.choice` prices it (protocol and channels on a runtime cluster; with
+    `choose_chunks`, the best chunk count elsewhere), and row.params says at what.
     """
-    from .simulate.api import resolve_topology, sweep
+    from .simulator.engine import resolve_topology
 
     topology = resolve_topology(topology)
     sizes = [8 << i for i in range(31)] if sizes is None else [int(s) for s in sizes]
@@ -360,18 +89,9 @@ def tune(topology, collective: str = "allreduce", sizes=None, algorithms: list[s
     chosen: dict[str, list[dict]] = {}
     skipped: dict[str, str] = {}
     for i, name in enumerate(names):
-        own = dict(params.get(name, {}))
-
-        def run(ns, extra, name=name, own=own):
-            return [r.time for r in sweep(name, topology, ns, collective=collective, dtype=dtype, mode="analytic",
-                                          op=op, **own, **extra)]
-
         try:
-            if choose_chunks:
-                table[name], chosen[name] = _times_over_chunks(
-                    run, name, sizes, own, _cost_of(name, topology, collective, max(sizes), dtype, op, own))
-            else:
-                table[name], chosen[name] = run(sizes, {}), [{} for _ in sizes]
+            table[name], chosen[name] = price(name, topology, collective, sizes, dtype, op, params.get(name, {}),
+                                              choose_chunks)
         except ValueError as exc:
             skipped[name] = str(exc).splitlines()[0]
         if progress is not None:
@@ -387,9 +107,7 @@ def tune(topology, collective: str = "allreduce", sizes=None, algorithms: list[s
     return TuneTable(topology.name, topology.world_size, collective, rows, skipped, how)
 
 
-__all__ = ["ENV_ALGO", "ENV_DEBUG", "TUNE_MAX_CHUNKS", "TUNE_MAX_COST", "TUNE_MAX_COST_RATIO", "TUNE_MIN_CHUNK_BYTES", "AlgoRule", "TuneRow", "TuneTable",
-           "analysis_cost", "candidates", "choose", "chunk_candidates", "describe_choice", "parse_algo_env", "predict", "select",
-           "tune"]
+__all__ = ["TuneRow", "TuneTable", "tune"]
 
 
 class _CallableModule(types.ModuleType):

@@ -3,6 +3,7 @@
     mpiexec -n 4 python examples/ddp_train.py --backend collectives --out /tmp/ddp
     mpiexec -n 4 python examples/ddp_train.py --backend gloo --out /tmp/ddp_gloo
     mpiexec -n 4 python examples/ddp_train.py --backend collectives --hook fp16 --out /tmp/ddp_fp16
+    torchrun --standalone --nproc_per_node 4 examples/ddp_train.py --backend collectives --out /tmp/ddp_torchrun
 
 `--hook fp16` registers DDP's fp16 compression communication hook (torch's default_hooks.fp16_compress_hook: the
 bucket is cast to float16, all-reduced asynchronously, and a `then` callback on the Work's future divides and
@@ -11,7 +12,8 @@ casts back), so the reducer waits on futures the backend completes.
 Everything is seeded: the model (rank 0's initial weights are broadcast by DDP anyway), and each rank's synthetic
 regression data (seed + rank). Rank 0 prints its loss every --log-every steps, then `RESULT {json}` with the
 mean final loss; with --out each rank saves its final weights to OUT/weights_rank{r}.pt.
-tests/torch/test_torch.py compares the two backends and the ranks.
+tests/torch/test_torch.py (mpiexec) and tests/torch/test_torchrun_spawn.py (torchrun) compare the two backends
+and the ranks.
 """
 
 from __future__ import annotations

@@ -100,7 +100,9 @@ def load_topology(args):
     if args.topology:
         return topo.load(args.topology)
     name = args.preset or "gb300-nvl72"
-    over = parse_params(args.set)
+    # a cluster field set to none/null is unset (e.g. --set sharp=none: a fabric without SHARP)
+    over = {k: None if isinstance(v, str) and v.lower() in ("none", "null") else v
+            for k, v in parse_params(args.set).items()}
     for alias in ("racks", "nodes", "ranks"):
         if getattr(args, alias) is not None:
             over[alias] = getattr(args, alias)
@@ -123,6 +125,11 @@ def add_parser(sub) -> None:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--op", default="sum")
     p.add_argument("--mode", choices=("auto", "event", "analytic"), default="analytic")
+    p.add_argument("--protocol", default=None, choices=("LL", "LL128", "Simple"),
+                   help="NCCL protocol on clusters that run NCCL's runtime (default: the fastest per size, as NCCL)")
+    p.add_argument("--trace", default=None, metavar="FILE.json",
+                   help="write the event simulation of the first algorithm at the largest size as a Chrome trace "
+                        "(open in Perfetto: one process per rank, one track per channel or link)")
     p.add_argument("--param", action="append", default=[], metavar="[ALGO.]KEY=VALUE",
                    help="builder parameter, e.g. --param intra=nvls or --param hierarchical.inter=ring")
     p.add_argument("--csv", default=None, metavar="FILE", help="also write every row as CSV")
@@ -161,8 +168,9 @@ def algo_params(items: list[str], names: list[str]) -> dict[str, dict]:
 def msccl_results(paths: list[str], topology, sizes: list[int], args, bar) -> dict[str, list]:
     """Per MSCCL-IR file: a SimulationResult per size, or the reason the executor would not run it there."""
     from ..msccl import parse, read
-    from ..simulate.api import count_for, simulate
-    from ..simulate.model import itemsize
+    from ..simulate import simulate
+    from ..simulator.engine import count_for
+    from ..simulator.model import itemsize
 
     out: dict[str, list] = {}
     for path in paths:
@@ -187,9 +195,10 @@ def msccl_results(paths: list[str], topology, sizes: list[int], args, bar) -> di
 def run(args) -> int:
     from .. import algorithms
     from ..msccl import parse
-    from ..simulate.api import check_call, sweep
-    from ..simulate.model import itemsize
-    from ..simulate.result import bus_factor
+    from ..simulate import sweep
+    from ..simulator.engine import check_call
+    from ..simulator.model import itemsize
+    from ..simulator.result import bus_factor
 
     if args.collective is None:
         args.collective = parse(args.msccl[0]).coll if args.msccl else "allreduce"
@@ -205,8 +214,11 @@ def run(args) -> int:
     failed: dict[str, str] = {}
     for name in names:
         try:
+            kw = dict(params[name])
+            if args.protocol is not None:
+                kw["protocol"] = args.protocol
             results[name] = sweep(name, topology, sizes, collective=args.collective, dtype=args.dtype,
-                                  mode=args.mode, op=args.op, progress=lambda i, n: bar.step(), **params[name])
+                                  mode=args.mode, op=args.op, progress=lambda i, n: bar.step(), **kw)
         except (ValueError, TypeError, NotImplementedError, AttributeError) as exc:
             failed[name] = str(exc).splitlines()[0]
             bar.step(len(sizes))
@@ -231,16 +243,16 @@ def run(args) -> int:
         for n in notes:
             print(f"# note: {n}")
         print(f"# {'size':>10} {'count':>12} {'type':>8} {'redop':>6} {'root':>6} {'time(us)':>12} "
-              f"{'algbw(GB/s)':>12} {'busbw(GB/s)':>12}  winner  bottleneck")
+              f"{'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'proto':>6} {'ch':>4}  winner  bottleneck")
         for i, r in enumerate(res):
             if not ran(r):
                 print(f"  {sizes[i]:>10d} {'-':>12} {tname:>8} {args.op:>6} {root:>6} {'-':>12} {'-':>12} {'-':>12}"
-                      f"  {'':^6}  not run: {r}")
+                      f" {'-':>6} {'-':>4}  {'':^6}  not run: {r}")
                 continue
             mark = "*" if best[i] == name else ""
             print(f"  {r.nbytes:>10d} {r.count:>12d} {tname:>8} {args.op:>6} {root:>6} {r.time * 1e6:>12.2f} "
-                  f"{r.algbw / 1e9:>12.2f} {r.busbw / 1e9:>12.2f}  {mark:^6}  "
-                  + (f"[{r.algorithm}] " if name == "auto" else "") + r.bottleneck)
+                  f"{r.algbw / 1e9:>12.2f} {r.busbw / 1e9:>12.2f} {r.protocol or '-':>6} {r.channels or '-':>4}  "
+                  f"{mark:^6}  " + (f"[{r.algorithm}] " if name == "auto" else "") + r.bottleneck)
         done = [r for r in res if ran(r)]
         avg = sum(r.busbw for r in done) / max(len(done), 1)
         print(f"# Avg bus bandwidth    : {avg / 1e9:.4f}")
@@ -248,7 +260,8 @@ def run(args) -> int:
         print(f"# skipped {n}: {why}")
     rows = [dict(algorithm=name, size=r.nbytes, count=r.count, type=tname, redop=args.op, root=root,
                  time_us=r.time * 1e6, algbw_GBps=r.algbw / 1e9, busbw_GBps=r.busbw / 1e9,
-                 winner=best[i] == name, bottleneck=r.bottleneck, mode=r.mode)
+                 protocol=r.protocol or "", channels=r.channels or "", winner=best[i] == name,
+                 bottleneck=r.bottleneck, mode=r.mode)
             for name, res in results.items() for i, r in enumerate(res) if ran(r)]
     if args.csv:
         with open(args.csv, "w", newline="") as fh:
@@ -260,9 +273,25 @@ def run(args) -> int:
             json.dump({"topology": topology.name, "world_size": topology.world_size, "collective": args.collective,
                        "dtype": args.dtype, "itemsize": itemsize(args.dtype), "results": [
                            r.to_dict() for res in results.values() for r in res if ran(r)]}, fh, indent=1)
+    if args.trace:
+        write_trace(args, topology, names, results)
     if args.plot:
         return plot(results, args.plot, f"{args.collective} on {topology.name} ({topology.world_size:,} ranks)")
     return 0
+
+
+def write_trace(args, topology, names: list[str], results: dict) -> None:
+    """--trace: the event simulation of the first simulated algorithm at the largest size, as a Chrome trace."""
+    from ..simulate import simulate
+    from ..simulator.trace import write_chrome_trace
+
+    name = next(n for n in names if n in results)
+    last = results[name][-1]
+    kw = {k: v for k, v in last.params.items() if k in ("chunks", "channels")}
+    res = simulate(last.algorithm, topology, last.nbytes, collective=args.collective, dtype=args.dtype,
+                   mode="event", op=args.op, protocol=last.protocol, trace=True, **kw)
+    path = write_chrome_trace(res, args.trace)
+    print(f"# trace: {path} ({res.algorithm}, {res.nbytes:,} B, event model; open in https://ui.perfetto.dev)")
 
 
 def plot(results: dict, path: str, title: str) -> int:

@@ -25,14 +25,14 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from .. import tune
+    from .. import choice, tune
     from ..schedule import COLLECTIVES
 
     topology = load_topology(args)
     colls = list(COLLECTIVES) if args.collective == "all" else [c.strip() for c in args.collective.split(",")]
     status = 0
     for i, coll in enumerate(colls):
-        names = args.algorithms.split(",") if args.algorithms else tune.candidates(coll, topology)[0]
+        names = args.algorithms.split(",") if args.algorithms else choice.candidates(coll, topology)[0]
         params = algo_params(args.param, names)
         bar = Progress(len(names), f"tuning {coll}", args.progress or sys.stderr.isatty())
         try:

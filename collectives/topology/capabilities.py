@@ -48,6 +48,25 @@ SHARP_GENERATIONS: dict[str, dict[str, object]] = {
 }
 
 
+# NVLS efficiency: the share of the NVLink rate the switch's reduce and multicast reach per GPU.
+# src/graph/tuning.cc, nvlsEfficiency: Hopper 0.85, Blackwell 0.74 (the NVLS allreduce of an 8-GPU board).
+NVLS_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.74}
+# A domain of more GPUs than one board (NVL72: 72 GPUs on 18 switch chips over two switch-tray planes) reaches
+# less: 835-847 GB/s busbw for a 4-8 GiB allreduce on a full GB200 NVL72 rack (coreweave/nccl-tests#43), i.e.
+# 2(N-1)/(N+1) x 721.8 GB/s x e = 840 GB/s at N = 72 gives e = 0.60. One measurement sets this figure, so the
+# model's NVL72 NVLS bandwidth is not an independent prediction (docs/validation.md says so).
+NVLS_EFFICIENCY_LARGE_DOMAIN = 0.60
+NVLS_BOARD_GPUS = 8
+
+
+def nvls_derate(generation: str | None, domain_size: int) -> float:
+    """NVLS efficiency by GPU generation and domain size (no generation: Hopper's)."""
+    base = NVLS_EFFICIENCY.get(generation or "hopper", NVLS_EFFICIENCY["hopper"])
+    if domain_size > NVLS_BOARD_GPUS and generation == "blackwell":
+        return NVLS_EFFICIENCY_LARGE_DOMAIN
+    return base
+
+
 def dtype_name(dtype: object) -> str:
     """'float32' for np.float32, np.dtype('float32'), 'float32' or ml_dtypes.bfloat16."""
     if isinstance(dtype, str):
@@ -163,5 +182,5 @@ class SharpSpec:
         return "float32" if self.accumulator == "float32" and name in _F16 else name
 
 
-__all__ = ["NVLS_OPS", "SHARP_DTYPES_BASE", "SHARP_DTYPES_V3", "SHARP_GENERATIONS", "SHARP_OPS", "NvlsSpec",
-           "SharpSpec", "dtype_name"]
+__all__ = ["NVLS_EFFICIENCY", "NVLS_EFFICIENCY_LARGE_DOMAIN", "NVLS_OPS", "SHARP_DTYPES_BASE", "SHARP_DTYPES_V3", "SHARP_GENERATIONS", "SHARP_OPS", "NvlsSpec",
+           "SharpSpec", "dtype_name", "nvls_derate"]

@@ -29,157 +29,21 @@ The model (what the schedule builders and the simulators may rely on):
 Nothing here is per GPU: construction is arithmetic, and every query is vectorized over numpy arrays.
 """
 
+
 from __future__ import annotations
 
 import dataclasses
-import math
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from .base import TIER_CODE, Topology, _fmt_reduce, as_index_array
-from .capabilities import SHARP_GENERATIONS, NvlsSpec, SharpSpec
+from .capabilities import SHARP_GENERATIONS, NvlsSpec, SharpSpec, nvls_derate
+from .cluster_links import ClusterLinks
 from .fattree import FatTree
-
-LEVEL_NAMES = ("leaf", "spine", "core", "l4", "l5", "l6")
-FABRIC_TIERS = ("nic", "leaf-spine", "spine-core", "fabric-l4", "fabric-l5", "fabric-l6")
-RAIL_FABRICS = ("single", "per-rail")
-
-
-@dataclass(frozen=True)
-class ClusterSpec:
-    """Every parameter of a cluster (SI units: bytes/s per direction, seconds). See the module docstring."""
-
-    name: str = "cluster"
-    description: str = ""
-    # scale-up domains
-    domains: int = 1
-    gpus_per_domain: int = 8
-    gpus_per_host: int | None = None  # informational: GPUs per VM / compute tray
-    nvlink_bandwidth: float = 450e9
-    nvlink_latency: float = 0.5e-6
-    nvls: bool = True
-    nvls_derate: float = 0.85
-    # NICs
-    nic_bandwidth: float = 50e9
-    nic_latency: float = 1.0e-6
-    nic_planes: int = 1
-    rails: int | None = None  # default: gpus_per_domain
-    # fat-tree
-    rail_fabric: str = "single"
-    radix: int = 64
-    levels: int | None = None  # None: fewest that fit; 0: no fabric (one domain only)
-    oversubscription: float = 1.0  # leaf down:up port ratio
-    fabric_bandwidth: float | tuple[float, ...] | None = None  # per port per plane, per level >= 2
-    fabric_latency: float = 0.1e-6
-    switch_latency: float = 0.2e-6
-    switch: str = ""  # informational: switch model
-    # SHARP (None for generation defaults, see capabilities.SHARP_GENERATIONS)
-    sharp: str | None = "v3"
-    sharp_llt_trees: int | None = None
-    sharp_sat_trees: int | None = None
-    sharp_sat_scope: str | None = None
-    sharp_max_sat_flows: int | None = None
-    sharp_ost_size: int | None = None
-    sharp_ost_quota: int = 64  # SHARP_COLL_JOB_QUOTA_OSTS: not in hardware.md, a parameter
-    sharp_sat_threshold: int = 16384  # SHARP_COLL_SAT_THRESHOLD (bytes): not in hardware.md, a parameter
-    sharp_min_nodes: int = 2  # NCCL: below 2 nodes the collective uses host algorithms
-    sharp_accumulator: str = "float32"
-    sharp_sat_efficiency: float = 0.95  # SAT runs near link rate (~95%), hardware.md
-    sharp_multicast: bool = True
-    # host (GPU kernel) reduction throughput, bytes/s: one number or {dtype name: bytes/s, "default": ...}
-    reduce_bandwidth: float | dict[str, float] = 1.0e12
-
-    def __post_init__(self) -> None:
-        def positive_int(field: str, value: object, minimum: int = 1) -> None:
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
-                raise ValueError(f"{field} must be an integer >= {minimum}, got {value!r}")
-
-        def positive(field: str, value: object, allow_zero: bool = False) -> None:
-            if not isinstance(value, (int, float, np.number)) or isinstance(value, bool) or \
-                    not (value >= 0 if allow_zero else value > 0) or not math.isfinite(value):
-                raise ValueError(f"{field} must be a {'non-negative' if allow_zero else 'positive'} number, "
-                                 f"got {value!r}")
-
-        positive_int("domains", self.domains)
-        positive_int("gpus_per_domain", self.gpus_per_domain)
-        if self.gpus_per_host is not None:
-            positive_int("gpus_per_host", self.gpus_per_host)
-        positive_int("nic_planes", self.nic_planes)
-        positive_int("radix", self.radix, 2)
-        if self.radix % 2:
-            raise ValueError(f"radix must be even, got {self.radix}")
-        rails = self.gpus_per_domain if self.rails is None else self.rails
-        positive_int("rails", rails)
-        if self.gpus_per_domain % rails:
-            raise ValueError(f"rails ({rails}) must divide gpus_per_domain ({self.gpus_per_domain})")
-        if self.rail_fabric not in RAIL_FABRICS:
-            raise ValueError(f"rail_fabric must be one of {', '.join(RAIL_FABRICS)}, got {self.rail_fabric!r}")
-        if self.levels is not None:
-            positive_int("levels", self.levels, 0)
-            if self.levels == 0 and self.domains > 1:
-                raise ValueError("levels=0 (no fabric) needs a single domain")
-        positive("oversubscription", self.oversubscription)
-        if self.oversubscription < 1:
-            raise ValueError(f"oversubscription is the leaf's down:up ratio and must be >= 1, "
-                             f"got {self.oversubscription}")
-        for f in ("nvlink_bandwidth", "nic_bandwidth", "nvls_derate", "sharp_sat_efficiency"):
-            positive(f, getattr(self, f))
-        for f in ("nvlink_latency", "nic_latency", "fabric_latency", "switch_latency"):
-            positive(f, getattr(self, f), allow_zero=True)
-        if not 0 < self.nvls_derate <= 1:
-            raise ValueError(f"nvls_derate must be in (0, 1], got {self.nvls_derate}")
-        if self.fabric_bandwidth is not None:
-            values = self.fabric_bandwidth if isinstance(self.fabric_bandwidth, (list, tuple)) else \
-                [self.fabric_bandwidth]
-            for v in values:
-                positive("fabric_bandwidth", v)
-        if self.sharp is not None and self.sharp not in SHARP_GENERATIONS:
-            raise ValueError(f"sharp must be None or one of {', '.join(SHARP_GENERATIONS)}, got {self.sharp!r}")
-        if self.sharp_sat_scope not in (None, "switch", "port"):
-            raise ValueError(f"sharp_sat_scope must be 'switch' or 'port', got {self.sharp_sat_scope!r}")
-        if self.sharp_accumulator not in ("float32", "input"):
-            raise ValueError(f"sharp_accumulator must be 'float32' or 'input', got {self.sharp_accumulator!r}")
-        for f in ("sharp_ost_quota", "sharp_min_nodes"):
-            positive_int(f, getattr(self, f))
-        positive_int("sharp_sat_threshold", self.sharp_sat_threshold, 0)
-        rb = self.reduce_bandwidth
-        for v in (rb.values() if isinstance(rb, dict) else [rb]):
-            positive("reduce_bandwidth", v)
-        if self.leaf_down < 1 or self.leaf_down >= self.radix:
-            raise ValueError(f"oversubscription {self.oversubscription} leaves {self.leaf_down} host ports on "
-                             f"a radix-{self.radix} leaf")
-
-    @property
-    def num_rails(self) -> int:
-        return self.gpus_per_domain if self.rails is None else int(self.rails)
-
-    @property
-    def leaf_down(self) -> int:
-        """Host ports of a leaf: radix * o / (o + 1) for oversubscription o (k/2 when non-blocking)."""
-        return int(round(self.radix * self.oversubscription / (self.oversubscription + 1)))
-
-    @classmethod
-    def fields(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls))
-
-    def replace(self, **changes: Any) -> ClusterSpec:
-        check_names(changes, self.fields(), "cluster")
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        if isinstance(d["fabric_bandwidth"], tuple):
-            d["fabric_bandwidth"] = list(d["fabric_bandwidth"])
-        return d
-
-
-def check_names(given: dict[str, Any] | Any, valid: tuple[str, ...] | list[str], what: str) -> None:
-    unknown = [k for k in given if k not in valid]
-    if unknown:
-        raise ValueError(f"unknown {what} parameter(s) {', '.join(map(repr, unknown))}; "
-                         f"valid: {', '.join(sorted(valid))}")
+from .runtime import NVLS_CHANNELS, NcclRuntime, default_ring_channels
+from .sharp_tree import ClusterSharpTrees, SharpLevel, SharpTree
+from .spec import FABRIC_TIERS, LEVEL_NAMES, ClusterSpec, check_names
 
 
 class RankLocation(NamedTuple):
@@ -192,65 +56,8 @@ class RankLocation(NamedTuple):
     nvswitch: np.ndarray  # node id of the domain's switch
 
 
-@dataclass(frozen=True)
-class SharpLevel:
-    """One level of an aggregation tree: `switches[i]` aggregates `children[i, :]` (node ids, -1 padded)."""
 
-    level: int  # fat-tree level: 1 = leaf
-    switches: np.ndarray  # (S,) node ids
-    children: np.ndarray  # (S, C) node ids: ranks at level 1, switches of the level below otherwise
-
-
-@dataclass(frozen=True)
-class SharpTree:
-    """A SHARP aggregation tree, bottom-up: levels[0] are leaves (children = ranks), levels[-1] the root."""
-
-    rail: int | None
-    ranks: np.ndarray
-    levels: list[SharpLevel]
-
-    @property
-    def root(self) -> int:
-        return int(self.levels[-1].switches[0])
-
-    @property
-    def depth(self) -> int:
-        return len(self.levels)
-
-    @property
-    def switches(self) -> np.ndarray:
-        return np.concatenate([lv.switches for lv in self.levels])
-
-    def parent_map(self) -> dict[int, int]:
-        """child node -> parent switch, for every edge (small trees; the arrays serve the large ones)."""
-        out: dict[int, int] = {}
-        for lv in self.levels:
-            for sw, kids in zip(lv.switches.tolist(), lv.children.tolist(), strict=True):
-                out.update({c: sw for c in kids if c >= 0})
-        return out
-
-
-def _sorted_unique(x: np.ndarray) -> np.ndarray:
-    """np.unique by sorting (numpy's hash-based unique is slow on large int arrays)."""
-    x = np.sort(x)
-    return x[np.concatenate(([True], x[1:] != x[:-1]))] if x.size else x
-
-
-def _grouped(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Unique keys (sorted) and a (K, max count) array of their values, -1 padded; value order preserved."""
-    order = np.argsort(keys, kind="stable")
-    k, v = keys[order], values[order]
-    start = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1]))) if k.size else np.zeros(0, np.int64)
-    uniq = k[start]
-    counts = np.diff(np.append(start, k.size))
-    out = np.full((uniq.size, int(counts.max()) if counts.size else 0), -1, dtype=np.int64)
-    row = np.repeat(np.arange(uniq.size), counts)
-    col = np.arange(k.size) - np.repeat(start, counts)
-    out[row, col] = v
-    return uniq, out
-
-
-class Cluster(Topology):
+class Cluster(ClusterLinks, ClusterSharpTrees, Topology):
     """A cluster built from a `ClusterSpec` (see the module docstring for the model)."""
 
     def __init__(self, spec: ClusterSpec) -> None:
@@ -288,6 +95,7 @@ class Cluster(Topology):
         # link blocks: (start, tier, bandwidth, latency, kind, level, direction)
         fbw = s.fabric_bandwidth
         per_port = s.nic_bandwidth / s.nic_planes
+        eff = s.nic_efficiency  # the network's links carry packets: their payload share of the line rate
         blocks_: list[tuple[int, int, float, float, str, int, int]] = [
             (0, TIER_CODE["nvlink"], s.nvlink_bandwidth, s.nvlink_latency, "nvlink", 0, 0),
             (N, TIER_CODE["nvlink"], s.nvlink_bandwidth, s.nvlink_latency, "nvlink", 0, 1),
@@ -298,11 +106,11 @@ class Cluster(Topology):
             size = trees * self.tree.cables[lv]  # type: ignore[union-attr]
             self.link_offset[lv] = start
             if lv == 1:
-                bw = s.nic_bandwidth
+                bw = s.nic_bandwidth * eff
                 lat_up, lat_down = s.nic_latency + s.switch_latency, s.nic_latency
             else:
                 port = fbw if fbw is None or not isinstance(fbw, (list, tuple)) else fbw[min(lv - 2, len(fbw) - 1)]
-                bw = (per_port if port is None else float(port)) * s.nic_planes
+                bw = (per_port if port is None else float(port)) * s.nic_planes * eff
                 lat_up = lat_down = s.fabric_latency + s.switch_latency
             tier = TIER_CODE[FABRIC_TIERS[lv - 1]]
             blocks_.append((start, tier, bw, lat_up, "fabric", lv, 0))
@@ -341,7 +149,20 @@ class Cluster(Topology):
     @property
     def nvls(self) -> NvlsSpec:
         s = self.spec
-        return NvlsSpec(s.nvls, s.nvlink_bandwidth, s.nvlink_latency, s.nvls_derate, s.gpus_per_domain)
+        derate = nvls_derate(s.gpu, s.gpus_per_domain) if s.nvls_derate is None else float(s.nvls_derate)
+        return NvlsSpec(s.nvls, s.nvlink_bandwidth, s.nvlink_latency, derate, s.gpus_per_domain)
+
+    @property
+    def runtime(self) -> NcclRuntime | None:
+        """How collectives run here (topology/runtime.py): NCCL's protocols and channels, or None (a host)."""
+        s = self.spec
+        if s.runtime is None:
+            return None
+        gen = s.gpu or "hopper"
+        multi = self.D > 1
+        ring = s.channels if s.channels is not None else default_ring_channels(gen, s.nvlink_bandwidth, self.R, multi)
+        nvls = s.nvls_channels if s.nvls_channels is not None else NVLS_CHANNELS[gen, multi]
+        return NcclRuntime(gen, int(ring), int(nvls), multi, self.R, self.G)
 
     @property
     def sharp(self) -> SharpSpec:
@@ -555,258 +376,11 @@ class Cluster(Topology):
                 out[n] = f"{LEVEL_NAMES[l_ - 1]}[{rail}pod {x}, {y}]"
         return {n: out[n] if n in out else self.node_label(n) for n in arr.tolist()}  # in the order given
 
-    # -- links ---------------------------------------------------------------------------------------------------
-    def _block(self, links: object) -> tuple[np.ndarray, np.ndarray]:
-        ids = as_index_array(links, "links")
-        if ids.size and (ids.min() < 0 or ids.max() >= self.num_links):
-            raise ValueError(f"link ids must be in [0, {self.num_links})")
-        return ids, np.searchsorted(self._block_start, ids, side="right") - 1
-
-    def link_bandwidth(self, links: object) -> np.ndarray:
-        return self._block_bw[self._block(links)[1]]
-
-    def link_latency(self, links: object) -> np.ndarray:
-        return self._block_lat[self._block(links)[1]]
-
-    def link_tier(self, links: object) -> np.ndarray:
-        return self._block_tier[self._block(links)[1]]
-
-    def link_endpoints(self, links: object) -> tuple[np.ndarray, np.ndarray]:
-        ids, blk = self._block(links)
-        src = np.full(ids.shape, -1, dtype=np.int64)
-        dst = np.full(ids.shape, -1, dtype=np.int64)
-        for b in np.unique(blk).tolist():
-            sel = blk == b
-            start, _, _, _, kind, lv, direction = self._blocks[b]
-            off = ids[sel] - start
-            if kind == "nvlink":
-                lower, upper = off, self.nvswitch_base + off // self.G
-            else:
-                assert self.tree is not None
-                t, c = np.divmod(off, self.tree.cables[lv])
-                lo, hi = self.tree.cable_ends(lv, c)
-                upper = self.fabric_base + self.node_offset[lv] + t * self.tree.n[lv] + hi
-                if lv == 1:
-                    lower = self._host_rank(t, lo)
-                    upper = np.where(lower >= 0, upper, -1)
-                else:
-                    lower = self.fabric_base + self.node_offset[lv - 1] + t * self.tree.n[lv - 1] + lo
-            src[sel], dst[sel] = (lower, upper) if direction == 0 else (upper, lower)
-        return src, dst
-
-    def _cable_link(self, level: int, tree: np.ndarray, cable: np.ndarray, down: bool) -> np.ndarray:
-        assert self.tree is not None
-        size = self.trees * self.tree.cables[level]
-        return self.link_offset[level] + (size if down else 0) + tree * self.tree.cables[level] + cable
-
-    def link_between(self, src: object, dst: object) -> np.ndarray:
-        """The one link from each src[f] to an adjacent dst[f] (rank <-> its domain switch, rank <-> its leaf,
-        fabric switch <-> parent switch; parallel cables: the lowest port). Raises for non-adjacent pairs."""
-        s, d = np.broadcast_arrays(as_index_array(src, "src"), as_index_array(dst, "dst"))
-        s, d = s.ravel(), d.ravel()
-        out = np.full(s.shape, -1, dtype=np.int64)
-        N = self.world_size
-        for a, b, down in ((s, d, False), (d, s, True)):  # a: the lower end, b: the upper end
-            lower_rank = (a >= 0) & (a < N)
-            # rank <-> its domain switch
-            m = lower_rank & (b == self.nvswitch_base + np.where(lower_rank, a, 0) // self.G)
-            out[m] = (a[m] + (N if down else 0))
-            if self.tree is None:
-                continue
-            # rank <-> its leaf
-            m = lower_rank & (b >= self.fabric_base) & (out < 0)
-            if m.any():
-                t, h = self._fabric_host(a[m])
-                leaf = self.fabric_base + self.node_offset[1] + t * self.tree.n[1] + h // self.tree.M[1]
-                ok = leaf == b[m]
-                idx = np.flatnonzero(m)[ok]
-                out[idx] = self._cable_link(1, t[ok], h[ok], down)
-            # switch <-> parent switch
-            m = (a >= self.fabric_base) & (b >= self.fabric_base) & (out < 0)
-            if m.any():
-                f = np.flatnonzero(m)
-                out[f] = self._switch_uplinks(a[f], b[f], down)
-        bad = np.flatnonzero(out < 0)
-        if bad.size:
-            f = int(bad[0])
-            raise ValueError(f"no link joins {self.node_label(int(s[f]))} and {self.node_label(int(d[f]))} "
-                             f"({bad.size} non-adjacent pair(s))")
-        return out
-
-    def _switch_addresses(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Vectorized `_switch_address` of fabric switch nodes: (level, tree, index within tree); level 0 where
-        the node is not a fabric switch."""
-        assert self.tree is not None
-        L = self.levels
-        rel = nodes - self.fabric_base
-        ok = (rel >= 0) & (nodes < self.num_nodes)
-        lv = np.searchsorted(np.asarray(self.node_offset[1:L + 2], np.int64), np.where(ok, rel, 0), side="right")
-        lv = np.where(ok, np.clip(lv, 1, L), 0)
-        n = np.asarray(self.tree.n, np.int64)
-        t, i = np.divmod(rel - np.asarray(self.node_offset, np.int64)[lv], np.maximum(n[lv], 1))
-        return lv, t, i
-
-    def _switch_uplinks(self, a: np.ndarray, b: np.ndarray, down: bool) -> np.ndarray:
-        """Link from fabric switch a[f] up to its parent b[f] (down: the reverse link); -1 where b[f] is not a
-        parent of a[f]. Parallel cables: the lowest port."""
-        ft = self.tree
-        assert ft is not None
-        L = self.levels
-        la, ta, ia = self._switch_addresses(a)
-        lb, tb, ib = self._switch_addresses(b)
-        ok = (la >= 1) & (lb == la + 1) & (ta == tb)
-        lbc = np.clip(lb, 1, L)
-        lac = np.clip(la, 0, L)
-        W, m_, w = (np.asarray(x, np.int64) for x in (ft.W, ft.m, ft.w))
-        p_, up, cables = (np.asarray(x, np.int64) for x in (ft.p, ft.up, ft.cables))
-        X, Y = np.divmod(ia, np.maximum(W[lac], 1))
-        Xb, Yb = np.divmod(ib, np.maximum(W[lbc], 1))
-        ok &= (X // m_[lbc] == Xb) & (Yb // w[lbc] == Y)
-        port = (Yb % w[lbc]) * p_[lbc]
-        cable = ia * up[lbc - 1] + port
-        size = self.trees * cables[lbc]
-        link = np.asarray(self.link_offset, np.int64)[np.minimum(lbc, len(self.link_offset) - 1)] + \
-            (size if down else 0) + ta * cables[lbc] + cable
-        return np.where(ok, link, -1)
-
-    # -- routing ---------------------------------------------------------------------------------------------------
-    def path_links(self, src: object, dst: object) -> np.ndarray:
-        """Links of each flow, in order, -1 padded to `max_hops` columns.
-
-        Rank -> rank: within a domain over NVLink (up, down); across domains over NIC and fat-tree (up/down
-        routing, destination-mod-k), with a PXN NVLink hop first in a per-rail fabric when the rails differ.
-        Any other pair must be adjacent (see `link_between`) and takes one link.
-        """
-        s, d = np.broadcast_arrays(as_index_array(src, "src"), as_index_array(dst, "dst"))
-        s, d = s.ravel(), d.ravel()
-        if s.size and (min(s.min(), d.min()) < 0 or max(s.max(), d.max()) >= self.num_nodes):
-            raise ValueError(f"nodes must be in [0, {self.num_nodes})")
-        N = self.world_size
-        out = np.full((s.size, self.max_hops), -1, dtype=np.int64)
-        both = (s < N) & (d < N)
-        other = ~both
-        if other.any():
-            out[other, 0] = self.link_between(s[other], d[other])
-        sd, dd = s // self.G, d // self.G
-        intra = both & (sd == dd) & (s != d)
-        out[intra, 0] = s[intra]
-        out[intra, 1] = N + d[intra]
-        inter = both & (sd != dd)
-        if inter.any():
-            if self.tree is None:
-                raise ValueError(f"{self.name} has no fabric between domains")
-            self._fabric_paths(s[inter], d[inter], np.flatnonzero(inter), out)
-        return out
-
-    def hop_list(self, src: object, dst: object) -> tuple[np.ndarray, np.ndarray]:
-        """`path_links` flattened: (flow of each hop, link of each hop), flow by flow, each path in order; the
-        same hops as the non-negative entries of path_links(src, dst) read row by row, without the
-        (flows, max_hops) table (the analytic simulator's call, over hundreds of thousands of flows)."""
-        s, d = np.broadcast_arrays(as_index_array(src, "src"), as_index_array(dst, "dst"))
-        s, d = s.ravel(), d.ravel()
-        if s.size and (min(s.min(), d.min()) < 0 or max(s.max(), d.max()) >= self.num_nodes):
-            raise ValueError(f"nodes must be in [0, {self.num_nodes})")
-        N, F = self.world_size, s.size
-        both = (s < N) & (d < N)
-        other = np.flatnonzero(~both)
-        sd, dd = s // self.G, d // self.G
-        intra = np.flatnonzero(both & (sd == dd) & (s != d))
-        inter = np.flatnonzero(both & (sd != dd))
-        count = np.zeros(F, np.int64)
-        count[other] = 1
-        count[intra] = 2
-        cols = None
-        if inter.size:
-            if self.tree is None:
-                raise ValueError(f"{self.name} has no fabric between domains")
-            cols = self._fabric_cols(s[inter], d[inter])
-            count[inter] = (cols >= 0).sum(axis=1)
-        offs = np.cumsum(count) - count
-        hl = np.empty(int(count.sum()), np.int64)
-        if other.size:
-            hl[offs[other]] = self.link_between(s[other], d[other])
-        if intra.size:
-            hl[offs[intra]] = s[intra]
-            hl[offs[intra] + 1] = N + d[intra]
-        if cols is not None:
-            r, c = np.nonzero(cols >= 0)
-            row_first = np.cumsum(count[inter]) - count[inter]
-            hl[offs[inter][r] + (np.arange(r.size) - row_first[r])] = cols[r, c]
-        return np.repeat(np.arange(F, dtype=np.int64), count), hl
-
-    def link_attributes(self, links: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(link_bandwidth, link_latency, link_tier) of `links` in one lookup."""
-        blk = self._block(links)[1]
-        return self._block_bw[blk], self._block_lat[blk], self._block_tier[blk]
-
-    def _fabric_paths(self, s: np.ndarray, d: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
-        out[rows] = self._fabric_cols(s, d)
-
-    def _fabric_cols(self, s: np.ndarray, d: np.ndarray) -> np.ndarray:
-        """Fabric paths of rank flows s -> d in different domains: (flows, max_hops) links, -1 padded."""
-        assert self.tree is not None
-        N, L = self.world_size, self.levels
-        cols = np.full((s.size, self.max_hops), -1, dtype=np.int64)
-        first = np.zeros(s.size, dtype=np.int64)
-        if self.per_rail:
-            rs, rd = s % self.G % self.R, d % self.G % self.R
-            pxn = rs != rd
-            proxy = np.where(pxn, s - rs + rd, s)
-            cols[pxn, 0] = s[pxn]
-            cols[pxn, 1] = N + proxy[pxn]
-            s = proxy
-            first = 2 * pxn
-        ts, hs = self._fabric_host(s)
-        td, hd = self._fabric_host(d)
-        assert np.array_equal(ts, td), "a flow between fabric trees needs a PXN hop"
-        a, up, down = self.tree.route(hs, hd)
-        # in order: up cables of levels 1..a, then down cables of levels a..1 (no gaps)
-        for lv in range(1, L + 1):
-            on = np.flatnonzero(up[:, lv - 1] >= 0)
-            cols[on, first[on] + lv - 1] = self._cable_link(lv, ts[on], up[on, lv - 1], False)
-            cols[on, first[on] + 2 * a[on] - lv] = self._cable_link(lv, td[on], down[on, lv - 1], True)
-        return cols
-
-    # -- SHARP aggregation trees --------------------------------------------------------------------------------
-    def sharp_tree(self, rail: int | None = None, ranks: object = None, port: int | None = None) -> SharpTree:
-        """The aggregation tree over the leaves that host `ranks` (default: all ranks of `rail`, or all ranks).
-
-        Each level's switches pick their parent through the same up port: `port` if given, else
-        `rail % up_ports` (so different rails climb through different spines and cores, and each tree's
-        switches reach one root). The tree stops at the first level with a single switch. Leaves' children are
-        the ranks (in rank order); higher switches' children are the tree's switches one level down.
-        """
-        if self.tree is None:
-            raise ValueError(f"{self.name} has no fabric, so no SHARP tree")
-        if ranks is None:
-            ranks = np.arange(self.world_size) if rail is None else self.rail_groups()[self._rail(rail)]
-        r = _sorted_unique(self._ranks(ranks))
-        if r.size == 0:
-            raise ValueError("a SHARP tree needs at least one rank")
-        t, h = self._fabric_host(r)
-        if t.size and (t != t[0]).any():
-            raise ValueError("in a per-rail fabric a SHARP tree serves one rail: its ranks span several trees")
-        tree = int(t[0])
-        sel = 0 if port is None and rail is None else (self._rail(rail) if port is None else int(port))
-        leaf_idx = h // self.tree.M[1]
-        base = self.fabric_base + self.node_offset[1] + tree * self.tree.n[1]
-        idx, kids = _grouped(leaf_idx, r)
-        levels = [SharpLevel(1, base + idx, kids)]
-        lv = 1
-        while idx.size > 1:
-            lv += 1
-            up = self.tree.up[lv - 1]
-            parent = self.tree.parent(lv, idx, np.full(idx.shape, sel % up, dtype=np.int64))
-            child_nodes = self.fabric_base + self.node_offset[lv - 1] + tree * self.tree.n[lv - 1] + idx
-            idx, kids = _grouped(parent, child_nodes)
-            levels.append(SharpLevel(lv, self.fabric_base + self.node_offset[lv] + tree * self.tree.n[lv] + idx,
-                                     kids))
-        return SharpTree(None if rail is None else int(rail), r, levels)
-
     def _rail(self, rail: int | None) -> int:
         if rail is None or not 0 <= int(rail) < self.R:
             raise ValueError(f"rail must be in [0, {self.R}), got {rail}")
         return int(rail)
+
 
     # -- persistence and description ----------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -830,15 +404,20 @@ class Cluster(Topology):
         lines = [f"{s.name}: {s.description}" if s.description else s.name]
         host = f" ({self.G // s.gpus_per_host} hosts of {s.gpus_per_host} GPUs each)" if s.gpus_per_host else ""
         lines.append(f"  GPUs            {self.world_size:,} = {self.D:,} domains x {self.G}{host}")
-        lines.append(f"  NVLink          {s.nvlink_bandwidth / 1e9:,.0f} GB/s per GPU per direction, "
+        links = (f" ({s.nvlink_links} links x {s.nvlink_link_bandwidth / 1e9:g} GB/s)"
+                 if s.nvlink_links is not None else "")
+        lines.append(f"  NVLink          {s.nvlink_bandwidth / 1e9:,.1f} GB/s per GPU per direction{links}, "
                      f"{s.nvlink_latency * 1e6:.2f} us per hop")
-        lines.append("  NVLS            " + (f"yes, derate {s.nvls_derate} (effective "
+        lines.append("  NVLS            " + (f"yes, efficiency {nv.derate:g} (effective "
                                                 f"{nv.effective_bandwidth / 1e9:,.0f} GB/s)" if s.nvls else "no"))
+        rt = self.runtime
+        lines.append("  runtime         " + (rt.describe() if rt is not None else "none (messages cost their links)"))
         if self.tree is None:
             lines.append(f"  host reduction  {_fmt_reduce(s.reduce_bandwidth)}")
             lines.append("  fabric          none")
             return "\n".join(lines)
-        lines.append(f"  NIC             {s.nic_bandwidth * 8 / 1e9:,.0f} Gb/s ({s.nic_bandwidth / 1e9:,.1f} GB/s) "
+        eff = f", {s.nic_efficiency:g} payload" if s.nic_efficiency != 1 else ""
+        lines.append(f"  NIC             {s.nic_bandwidth * 8 / 1e9:,.0f} Gb/s ({s.nic_bandwidth / 1e9:,.1f} GB/s{eff}) "
                      f"per GPU per direction, {planes} plane(s), {self.R} rails, "
                      f"{s.nic_latency * 1e6:.2f} us")
         lines.append(f"  host reduction  {_fmt_reduce(s.reduce_bandwidth)}")

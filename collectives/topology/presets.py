@@ -42,6 +42,32 @@ def _add(preset: Preset) -> None:
     _PRESETS[preset.name] = preset
 
 
+# NVLink as NCCL sees it: the application-level per-link bandwidth x links per GPU (src/graph/topo.h:
+# SM90_NVLINK_BW 20.6 GB/s for Hopper's NVLink 4, SM100_NVLINK_BW 40.1 GB/s for Blackwell's NVLink 5; 18 links per
+# GPU on both, hardware.md). NCCL logs the Blackwell figure as "maxBw 721.8" (NVIDIA/nccl#1807).
+_HOPPER_NVLINK = dict(nvlink_links=18, nvlink_link_bandwidth=20.6e9, nvlink_bandwidth=18 * 20.6e9, gpu="hopper")
+_BLACKWELL_NVLINK = dict(nvlink_links=18, nvlink_link_bandwidth=40.1e9, nvlink_bandwidth=18 * 40.1e9,
+                         gpu="blackwell")
+# InfiniBand moves 4 KiB MTU packets with 26 bytes of headers (LRH 8, BTH 12, ICRC 4, VCRC 2: the InfiniBand
+# Architecture Specification): 4096 / 4122 of the line rate is payload. (RoCEv2 over Ethernet: 82 bytes with
+# preamble, inter-frame gap, Ethernet, IP, UDP, BTH and ICRC: 4096 / 4178.)
+IB_EFFICIENCY = 4096 / 4122
+ROCE_EFFICIENCY = 4096 / 4178
+_NCCL = dict(runtime="nccl", nic_efficiency=IB_EFFICIENCY, **_LATENCIES)
+
+
+def _dgx(name: str, summary: str, description: str, source: str, nvlink: dict, nic_gbit: int, switch: str,
+         radix: int, sharp: str) -> None:
+    """A DGX node preset: 8 GPUs on one NVSwitch board, one NIC per GPU (8 rails), `nodes=N`."""
+    _add(Preset(name, summary, dict(
+        name=name, description=f"{description} ({source})",
+        # default size: one scalable unit of 32 nodes (DGX SuperPOD reference architectures)
+        domains=32, gpus_per_domain=8, gpus_per_host=8, nvls=True, **nvlink,
+        nic_bandwidth=nic_gbit * GBIT, nic_planes=1,
+        radix=radix, oversubscription=1.0, switch=switch, sharp=sharp, **_NCCL,
+    ), "nodes", "domains"))
+
+
 _add(Preset(
     "gb300-nvl72",
     "Azure ND GB300 v6: NVL72 racks (18 VMs x 4 GPUs), 800 Gb/s per GPU, 144-port Quantum-X800 fat-tree",
@@ -51,16 +77,15 @@ _add(Preset(
         # Microsoft announcement (hardware.md): 4 GPUs per VM, 18 VMs = 72 GPUs = one NVLink domain per rack;
         # first cluster > 4,600 GPUs, growing to hundreds of thousands: default 4,608 racks = 331,776 GPUs.
         domains=4608, gpus_per_domain=72, gpus_per_host=4,
-        # NVL72 reference architecture: NVLink 5, 1.8 TB/s bidirectional per GPU = 900 GB/s per direction.
-        nvlink_bandwidth=900e9, nvls=True,
-        # NCCL src/graph/tuning.cc derates NVLS bandwidth by 0.74 on Blackwell.
-        nvls_derate=0.74,
+        # NVL72 reference architecture: NVLink 5, 18 links per GPU (one to each switch chip), 1.8 TB/s
+        # bidirectional; NCCL's application-level 40.1 GB/s per link (see _BLACKWELL_NVLINK).
+        nvls=True, **_BLACKWELL_NVLINK,
         # Announcement: 800 Gb/s per GPU (ConnectX-8). Open point: one Azure health baseline lists 4 x 400 Gb/s
         # ports per 4-GPU VM; nic_bandwidth and nic_planes are parameters, default 800 Gb/s in one plane.
         nic_bandwidth=800 * GBIT, nic_planes=1,
         # Non-blocking fat-tree of Quantum-X800 Q3400: 144 ports x 800 Gb/s (XDR), SHARP from 3.11.
         radix=144, oversubscription=1.0, switch="Quantum-X800 Q3400", sharp="x800",
-        **_LATENCIES,
+        **_NCCL,
     ),
     "racks", "domains"))
 
@@ -73,32 +98,34 @@ _add(Preset(
         # DGX SuperPOD GB200 reference architecture: 72 GPUs per rack (18 compute trays x 4), 18 NVLink switch
         # chips, 1.8 TB/s bidirectional per GPU; 4 x ConnectX-7 400 Gb/s per tray (one per GPU).
         # Default size: 8 racks (576 GPUs, one DGX SuperPOD GB200 scalable unit).
-        domains=8, gpus_per_domain=72, gpus_per_host=4,
-        nvlink_bandwidth=900e9, nvls=True, nvls_derate=0.74,  # Blackwell derate, NCCL tuning.cc
+        domains=8, gpus_per_domain=72, gpus_per_host=4, nvls=True, **_BLACKWELL_NVLINK,
         nic_bandwidth=400 * GBIT, nic_planes=1,
         # Quantum-2 QM9700: 64 x 400 Gb/s (NDR), SHARPv3.
         radix=64, oversubscription=1.0, switch="Quantum-2 QM9700", sharp="v3",
-        **_LATENCIES,
+        **_NCCL,
     ),
     "racks", "domains"))
 
-_add(Preset(
-    "dgx-h100",
-    "DGX H100 nodes (8 GPUs, NVLink 4), 8 x 400 Gb/s rails, 64-port Quantum-2, scalable units of 32 nodes",
-    dict(
-        name="dgx-h100",
-        description="DGX SuperPOD H100: rail-aligned Quantum-2 fat-tree",
-        # DGX SuperPOD H100 reference architecture: 8 GPUs, 4 NVSwitch chips, NVLink 4: 18 links x 25 GB/s =
-        # 450 GB/s per direction (900 GB/s bidirectional) per GPU; 8 x ConnectX-7 400 Gb/s, one per GPU (rails).
-        # Default size: one scalable unit of 32 nodes (8 leaf + 4 spine QM9700, as the model builds it).
-        domains=32, gpus_per_domain=8, gpus_per_host=8,
-        nvlink_bandwidth=450e9, nvls=True,
-        nvls_derate=0.85,  # NCCL src/graph/tuning.cc, Hopper
-        nic_bandwidth=400 * GBIT, nic_planes=1,
-        radix=64, oversubscription=1.0, switch="Quantum-2 QM9700", sharp="v3",
-        **_LATENCIES,
-    ),
-    "nodes", "domains"))
+# DGX H100 (hardware.md, DGX SuperPOD H100 reference architecture): 8 GPUs, 4 NVSwitch chips, NVLink 4 (18
+# links), 8 x ConnectX-7 400 Gb/s, one per GPU (rails); rail-aligned Quantum-2 QM9700 (64 x 400 Gb/s, SHARPv3).
+_dgx("dgx-h100", "DGX H100 nodes (8 GPUs, NVLink 4), 8 x 400 Gb/s rails, 64-port Quantum-2, scalable units of 32",
+     "DGX SuperPOD H100: rail-aligned Quantum-2 fat-tree", "DGX SuperPOD H100 reference architecture",
+     _HOPPER_NVLINK, 400, "Quantum-2 QM9700", 64, "v3")
+# DGX H200 (NVIDIA DGX H200 datasheet): the H100 board with HBM3e: 8 GPUs, 4 NVSwitch chips, NVLink 4 (900 GB/s
+# bidirectional per GPU), 8 x ConnectX-7 400 Gb/s; the same Quantum-2 SuperPOD fabric.
+_dgx("dgx-h200", "DGX H200 nodes (8 GPUs, NVLink 4), 8 x 400 Gb/s rails, 64-port Quantum-2",
+     "DGX H200: rail-aligned Quantum-2 fat-tree", "NVIDIA DGX H200 datasheet", _HOPPER_NVLINK, 400,
+     "Quantum-2 QM9700", 64, "v3")
+# DGX B200 (NVIDIA DGX B200 datasheet): 8 B200 GPUs, 2 NVSwitch chips, NVLink 5 (1.8 TB/s bidirectional per GPU),
+# 8 x single-port ConnectX-7 400 Gb/s; Quantum-2 SuperPOD fabric.
+_dgx("dgx-b200", "DGX B200 nodes (8 GPUs, NVLink 5), 8 x 400 Gb/s rails, 64-port Quantum-2",
+     "DGX B200: rail-aligned Quantum-2 fat-tree", "NVIDIA DGX B200 datasheet", _BLACKWELL_NVLINK, 400,
+     "Quantum-2 QM9700", 64, "v3")
+# DGX B300 (NVIDIA DGX B300 datasheet): 8 Blackwell Ultra GPUs, NVLink 5 (1.8 TB/s bidirectional per GPU),
+# 8 x ConnectX-8 800 Gb/s; Quantum-X800 Q3400 (144 x 800 Gb/s XDR, SHARP from 3.11; hardware.md).
+_dgx("dgx-b300", "DGX B300 nodes (8 GPUs, NVLink 5), 8 x 800 Gb/s rails, 144-port Quantum-X800",
+     "DGX B300: rail-aligned Quantum-X800 fat-tree", "NVIDIA DGX B300 datasheet", _BLACKWELL_NVLINK, 800,
+     "Quantum-X800 Q3400", 144, "x800")
 
 ENV_CALIBRATION = "COLLECTIVES_CALIBRATION"
 
@@ -161,7 +188,11 @@ def _get(name: str) -> Preset:
 
 def preset(name: str, **overrides: Any) -> Cluster:
     """A named cluster; any `ClusterSpec` field can be overridden, and the size by its alias:
-    `racks=` (gb300-nvl72, gb200-nvl72), `nodes=` (dgx-h100), `ranks=` (loopback)."""
+    `racks=` (gb300-nvl72, gb200-nvl72), `nodes=` (dgx-h100, dgx-h200, dgx-b200, dgx-b300), `ranks=` (loopback).
+
+    E.g. `preset("gb200-nvl72", racks=3, gpus_per_domain=4)`: three 4-GPU NVLink partitions, one per rack. Giving
+    nvlink_links or nvlink_link_bandwidth recomputes nvlink_bandwidth; giving nvlink_bandwidth alone drops the
+    link breakdown."""
     p = _get(name)
     params = preset_parameters(name)
     valid = (*ClusterSpec.fields(), p.size_alias)
@@ -171,6 +202,14 @@ def preset(name: str, **overrides: Any) -> Cluster:
         if p.size_field in overrides:
             raise ValueError(f"give the size of {name!r} once: {p.size_alias}= or {p.size_field}=")
         overrides[p.size_field] = overrides.pop(p.size_alias)
+    links = {"nvlink_links", "nvlink_link_bandwidth"}
+    if "nvlink_bandwidth" not in overrides and links & set(overrides):
+        n, per_link = overrides.get("nvlink_links", params.get("nvlink_links")), \
+            overrides.get("nvlink_link_bandwidth", params.get("nvlink_link_bandwidth"))
+        if n is not None and per_link is not None:
+            overrides["nvlink_bandwidth"] = n * per_link  # the per-GPU figure follows the links
+    elif "nvlink_bandwidth" in overrides and not links & set(overrides):
+        overrides.update(nvlink_links=None, nvlink_link_bandwidth=None)  # a figure given whole replaces the links
     params.update(overrides)
     return cluster(**params)
 

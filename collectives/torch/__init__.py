@@ -1,10 +1,12 @@
 """PyTorch backend: `import collectives.torch` registers the torch.distributed backend "collectives" (CPU).
 
-Under mpiexec::
+Under mpiexec or torchrun::
 
     import collectives.torch, torch.distributed as dist
-    collectives.torch.init_process_group()          # rank/world size from MPI, store bootstrapped over MPI
+    collectives.torch.init_process_group()          # mpiexec: rank/world size from MPI; torchrun: env://
     dist.all_reduce(tensor)                         # runs the library's algorithms and kernels
+
+or `dist.init_process_group("collectives", ...)` as with any backend (torchrun, torch.multiprocessing.spawn).
 
 `init_process_group(backend="gloo")` gives the same bootstrap to torch's own backends. See docs/torch.md.
 """
@@ -22,7 +24,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("collectives.torch needs PyTorch: pip install 'collectives[torch]' (torch>=2.4; CI uses the "
                       "CPU build of torch 2.13.0)") from exc
 
-from .creation import Options, create_process_group
+from .creation import Options, create_process_group, torch_launched
 from .process_group import BACKEND_NAME, CollectivesProcessGroup
 from .tensors import SUPPORTED_DTYPES, as_numpy
 from .work import CollectivesWork, CompletedWork
@@ -74,18 +76,26 @@ def _master_host(comm) -> str:
 
 def init_process_group(backend: str = BACKEND_NAME, *, timeout: timedelta | float | None = None,
                        **kwargs) -> tuple[int, int]:
-    """`dist.init_process_group` under mpiexec, with rank and world size from MPI: rank 0 starts a TCPStore on a
-    free port (chosen by the OS) and broadcasts host and port over MPI; no MASTER_ADDR/MASTER_PORT needed.
+    """`dist.init_process_group` with the rank and world size of whatever started the job; returns (rank, size).
 
-    Works for any backend (backend="gloo" included). The ranks are those of MPI_COMM_WORLD minus switch daemons
-    (collectives.switchd). `timeout`: a timedelta or seconds (torch's default if None). Returns (rank, size).
+    Under mpiexec: rank and world size from MPI; rank 0 starts a TCPStore on a free port (chosen by the OS) and
+    broadcasts host and port over MPI, so no MASTER_ADDR/MASTER_PORT are needed. The ranks are those of
+    MPI_COMM_WORLD minus switch daemons (collectives.switchd). Under torchrun (RANK and WORLD_SIZE set, and no MPI
+    launcher started that many processes): torch's env:// rendezvous on torchrun's variables, and MPI is never
+    initialised. Works for any backend (backend="gloo" included). `timeout`: a timedelta or seconds (torch's
+    default if None).
     """
+    if timeout is not None and not isinstance(timeout, timedelta):
+        timeout = timedelta(seconds=float(timeout))
+    if torch_launched():
+        if timeout is not None:
+            kwargs["timeout"] = timeout
+        dist.init_process_group(backend, init_method="env://", **kwargs)
+        return dist.get_rank(), dist.get_world_size()
     from ..transport import daemon
 
     comm = daemon.split_world(daemon.APP).local
     rank, size = comm.Get_rank(), comm.Get_size()
-    if timeout is not None and not isinstance(timeout, timedelta):
-        timeout = timedelta(seconds=float(timeout))
     store_timeout = timeout or timedelta(minutes=5)
     host = _master_host(comm)
     store = None

@@ -19,8 +19,9 @@ class Options:
     deterministic: bool | None = None  # True: fixed rank-order reductions (algorithm 'direct')
     check: str | None = None  # call agreement: "metadata" (default), "full", "off"
     ranks_per_domain: int | None = None  # scale-up domain size for hierarchical algorithms (default: per host)
-    # what the group runs on: "mpi" (the MPI world of mpiexec), "store" (torch's store and gloo: torchrun, spawn);
-    # None: "mpi" when an MPI launcher started exactly this job's ranks, else "store"
+    # what the default group runs on: "mpi" (the MPI world of mpiexec), "store" (torch's store and gloo: torchrun,
+    # spawn); None: "mpi" when an MPI launcher started at least this job's ranks, else "store". Sub-groups run on
+    # the default group's runtime.
     runtime: str | None = None
 
 
@@ -37,16 +38,28 @@ def _library_options(options: Options) -> dict:
 _LAUNCHER_SIZE = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
 
 
+def launcher_size() -> int:
+    """How many processes an MPI launcher started, from its environment (0: no MPI launcher's environment)."""
+    return max([int(os.environ[v]) for v in _LAUNCHER_SIZE if os.environ.get(v, "").isdigit()] or [0])
+
+
+def torch_launched() -> bool:
+    """torchrun (or another launcher of torch's env:// kind) started this process: RANK and WORLD_SIZE are set and
+    no MPI launcher started that many processes (under `srun torchrun` each worker inherits a PMI size of one per
+    node)."""
+    rank, size = os.environ.get("RANK", ""), os.environ.get("WORLD_SIZE", "")
+    return rank.isdigit() and size.isdigit() and launcher_size() < int(size)
+
+
 def _runtime_for(options: Options, size: int) -> str:
     """The default group's runtime: as asked; else MPI when an MPI launcher started at least this job's ranks
-    (switch daemons are extra processes), read from the launcher's environment so that torchrun's workers never
-    initialise MPI (under `srun torchrun`, each worker inherits a PMI size of one per node: not an MPI job's)."""
+    (switch daemons are extra processes), else torch's store. Read from the launcher's environment, so that
+    torchrun's and spawn's processes never initialise MPI, one-process jobs included."""
     if options.runtime not in (None, "mpi", "store"):
         raise ValueError(f"backend 'collectives': Options(runtime={options.runtime!r}); use 'mpi', 'store' or None")
     if options.runtime is not None:
         return options.runtime
-    launched = max([int(os.environ[v]) for v in _LAUNCHER_SIZE if os.environ.get(v, "").isdigit()] or [1])
-    return "mpi" if size == 1 or launched >= size > 1 else "store"
+    return "mpi" if launcher_size() >= size else "store"
 
 
 def _store_group(dist_opts, options: Options, rank: int, size: int, timeout):
@@ -84,6 +97,12 @@ def create_process_group(dist_opts, backend_options=None) -> CollectivesProcessG
             comm = collectives.init(timeout=timeout, **_library_options(options))
             if comm.rank != rank or comm.size != size:
                 comm.close()
+                if comm.size == 1 and options.runtime == "mpi":
+                    raise ValueError(
+                        f"backend 'collectives': Options(runtime='mpi') runs on the MPI world, but no MPI launcher "
+                        f"started this job (MPI has 1 rank, torch's world_size is {size}): start it with `mpiexec "
+                        f"-n {size}`, or leave runtime unset (or 'store') to run on torch's store as under "
+                        "torchrun and torch.multiprocessing.spawn")
                 raise ValueError(
                     f"backend 'collectives': init_process_group got rank {rank}, world_size {size}, but MPI has rank "
                     f"{comm.rank} of {comm.size}; start the job with mpiexec and pass the MPI rank and size (or "
@@ -93,6 +112,11 @@ def create_process_group(dist_opts, backend_options=None) -> CollectivesProcessG
                 _group_base.Free()
             _group_base = comm.mpi_comm.Dup()
             return CollectivesProcessGroup(comm, rank, size, timeout)
+        if backend_options is not None and backend_options.runtime not in (None, _default_runtime):
+            raise ValueError(
+                f"backend 'collectives': new_group(pg_options=Options(runtime={backend_options.runtime!r})), but "
+                f"the default group runs on {_default_runtime!r} and its sub-groups run on the same; leave "
+                "runtime unset for a sub-group (set it in init_process_group's pg_options)")
         if _default_runtime == "store":
             return CollectivesProcessGroup(_store_group(dist_opts, backend_options or _default_options, rank, size,
                                                         timeout), rank, size, timeout)
@@ -111,4 +135,4 @@ def create_process_group(dist_opts, backend_options=None) -> CollectivesProcessG
     return CollectivesProcessGroup(comm, rank, size, timeout)
 
 
-__all__ = ["Options", "create_process_group"]
+__all__ = ["Options", "create_process_group", "launcher_size", "torch_launched"]

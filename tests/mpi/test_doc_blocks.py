@@ -3,8 +3,9 @@
 What runs, by the fence and the HTML comment on the line just above it (invisible on the rendered page):
 
 * a ```python block runs with `python`, each file's blocks in order in one namespace (a block may use what an
-  earlier one defined, as a reader would), from a scratch directory where tests/ and examples/ are as in the repository (examples/ on the path); a block whose
-  comment says `<!-- run: mpiexec -n N -->` runs alone under `mpiexec -n N`. The one-rank warning on stderr
+  earlier one defined, as a reader would), from a scratch directory where tests/ and examples/ are as in the
+  repository (examples/ on the path); a block whose comment says `<!-- run: mpiexec -n N -->` runs alone under
+  `mpiexec -n N`, `<!-- run: torchrun --nproc_per_node N -->` under torchrun. The one-rank warning on stderr
   fails a block run without mpiexec (it needs the comment);
 * a ```bash/```sh block runs with `bash -e` when its comment says `<!-- run -->`; other shell blocks (installs,
   cluster launches) are examples of a setting this machine is not;
@@ -51,6 +52,10 @@ class Block:
 
     def ranks(self) -> int | None:
         m = re.search(r"mpiexec -n (\d+)", self.detail) if self.mark == "run" else None
+        return int(m.group(1)) if m else None
+
+    def torchrun(self) -> int | None:
+        m = re.search(r"torchrun --nproc_per_node (\d+)", self.detail) if self.mark == "run" else None
         return int(m.group(1)) if m else None
 
     def for_test(self) -> str:
@@ -164,8 +169,14 @@ def test_marked_blocks_run(block, tmp_path):
     _scratch(tmp_path)
     if block.lang in ("python", "py"):
         (tmp_path / "app.py").write_text(code)
-        n = block.ranks()
+        n, workers = block.ranks(), block.torchrun()
         argv = [sys.executable, "app.py"]
+        if workers:  # torch's launcher, with no MPI launcher's variables (transport/host.py lists them)
+            from collectives.transport.host import LAUNCHER_VARIABLES
+
+            env = {k: v for k, v in env.items() if k not in LAUNCHER_VARIABLES}
+            argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(workers),
+                    "app.py"]
         proc = (launcher.run(n, argv, timeout=TIMEOUT, cwd=tmp_path, env=env) if n else
                 subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT))
     else:

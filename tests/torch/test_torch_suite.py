@@ -1,11 +1,15 @@
 """PyTorch's own distributed test suite (DistributedTest._DistTestBase, in the torch wheel) on backend "collectives".
 
-Every CPU test (torch_suite.cpu_tests: names without cuda/gpu/nccl) runs at one world size, several tests per
-mpiexec launch, each MPI rank playing the process torch would have spawned (torch_suite.py). Every test that passes
-with gloo at that world size (data/gloo_baseline.json, made with `python tests/torch/torch_suite.py --backend gloo
---world-sizes 2 3 4 --write-baseline`) must pass, unless torch_suite.EXPECTED_DIFFERENCES lists it with its reason
-(docs/torch.md shows the same list), and no test may fail. All three world sizes:
+Under mpiexec: every CPU test (torch_suite.cpu_tests: names without cuda/gpu/nccl) runs at one world size, several
+tests per mpiexec launch, each MPI rank playing the process torch would have spawned (torch_suite.py). Every test
+that passes with gloo at that world size (data/gloo_baseline.json, made with `python tests/torch/torch_suite.py
+--backend gloo --world-sizes 2 3 4 --write-baseline`) must pass, unless torch_suite.EXPECTED_DIFFERENCES lists it
+with its reason (docs/torch.md shows the same list), and no test may fail. All three world sizes:
 `python tests/torch/torch_suite.py --backend collectives --world-sizes 2 3 4`.
+
+Through torch's own spawning harness (no mpiexec: the backend on torch's store), CI runs torch_suite.SPAWN_CI_TESTS,
+a subset: torch spawns fresh processes for every test, which costs seconds per test on 2 cores. The whole suite:
+`python tests/torch/torch_suite.py --backend collectives --launcher spawn --world-sizes 2 3 4`.
 """
 
 from __future__ import annotations
@@ -52,3 +56,18 @@ def test_pytorch_distributed_suite():
     assert not problems, "\n\n".join(problems)
     passed = [n for n, r in results.items() if r["outcome"] == "passed"]
     assert len(passed) >= len(baseline["world_sizes"][str(WORLD_SIZE)]) - len(torch_suite.EXPECTED_DIFFERENCES)
+
+
+def test_pytorch_distributed_suite_through_torch_spawn():
+    """The CI subset through torch's spawning harness: each test passes (all of them pass with gloo, or are gated
+    on MPI's name only), checked against the gloo baseline as the whole suite is."""
+    baseline = json.loads(torch_suite.BASELINE.read_text())
+    if baseline["torch"] != torch.__version__:
+        pytest.skip(f"the gloo baseline was made with torch {baseline['torch']}, this is {torch.__version__}")
+    tests = torch_suite.SPAWN_CI_TESTS
+    results = torch_suite.run_suite("collectives", WORLD_SIZE, tests, per_launch=len(tests), test_timeout=120,
+                                    launcher="spawn")
+    problems = torch_suite.differences(results, baseline["world_sizes"][str(WORLD_SIZE)])
+    assert not problems, "\n\n".join(problems)
+    not_passed = {n: r["outcome"] for n, r in results.items() if r["outcome"] != "passed"}
+    assert not not_passed and sorted(results) == sorted(tests), not_passed

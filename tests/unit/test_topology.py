@@ -95,7 +95,7 @@ def test_tiny_cluster_three_domains_of_four():
     lat = c.path_latency([0, 0], [1, 4])
     assert lat[0] == pytest.approx(2 * s.nvlink_latency)
     assert lat[1] == pytest.approx(2 * s.nic_latency + s.switch_latency)
-    assert c.path_bandwidth([0, 0], [1, 4]).tolist() == [s.nvlink_bandwidth, s.nic_bandwidth]
+    assert c.path_bandwidth([0, 0], [1, 4]).tolist() == [s.nvlink_bandwidth, s.nic_bandwidth * s.nic_efficiency]
 
 
 def test_adjacent_switch_links_and_errors():
@@ -198,7 +198,8 @@ def test_overrides_and_errors():
     assert c.world_size == 144 and c.spec.nic_bandwidth == 50e9
     # a fabric link stands for its cable in both planes: aggregate bandwidth
     fabric_link = c.link_offset[c.levels] if c.levels >= 2 else c.link_offset[1]
-    assert c.link_bandwidth([fabric_link])[0] == pytest.approx(50e9)
+    # (the fabric's links carry InfiniBand packets: nic_efficiency of the line rate is payload)
+    assert c.link_bandwidth([fabric_link])[0] == pytest.approx(50e9 * c.spec.nic_efficiency)
     with pytest.raises(ValueError, match=r"unknown preset 'gb300-nvl72' parameter\(s\) 'nodes'.*valid: .*racks"):
         T.preset("gb300-nvl72", nodes=3)
     with pytest.raises(ValueError, match="unknown preset 'nope'; presets: gb300-nvl72"):
@@ -217,7 +218,8 @@ def test_overrides_and_errors():
         T.cluster(domains=2, bandwidth=3)
     with pytest.raises(ValueError, match="no fabric"):
         T.preset("loopback", domains=2)
-    assert set(T.presets()) == {"gb300-nvl72", "gb200-nvl72", "dgx-h100", "loopback"}
+    assert set(T.presets()) == {"gb300-nvl72", "gb200-nvl72", "dgx-h100", "dgx-h200", "dgx-b200", "dgx-b300",
+                                "loopback"}
 
 
 def test_capabilities():
@@ -225,7 +227,7 @@ def test_capabilities():
     nv, sh = c.nvls, c.sharp
     assert nv.supports("sum", "bfloat16") and nv.supports("max", "float16") and nv.supports("avg", "float32")
     assert not nv.supports("min", "float32") and not nv.supports("sum", "int8") and not nv.supports("prod", "int32")
-    assert nv.accumulator("bfloat16") == "float32" and nv.effective_bandwidth == pytest.approx(450e9 * 0.85)
+    assert nv.accumulator("bfloat16") == "float32" and nv.effective_bandwidth == pytest.approx(18 * 20.6e9 * 0.85)
     assert sh.supports("sum", np.float32) and sh.supports("sum", "bfloat16")
     assert "op 'prod'" in sh.refusal("prod", "float32") and "avg" in sh.refusal("avg", "float32")
     v2 = T.preset("dgx-h100", nodes=2, sharp="v2").sharp

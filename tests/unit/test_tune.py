@@ -8,18 +8,20 @@ import logging
 
 import pytest
 
+import collectives.choice as choice_mod
 import collectives.tune as tune_mod
+from collectives.choice import AlgoRule, candidates, choose, parse_algo_env
 from collectives.cli import main
 from collectives.cli.simulate import parse_size, parse_sizes
 from collectives.topology import fully_connected, preset
-from collectives.tune import AlgoRule, candidates, choose, parse_algo_env, tune
+from collectives.tune import tune
 
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch):
     monkeypatch.delenv("COLLECTIVES_ALGO", raising=False)
     monkeypatch.delenv("COLLECTIVES_DEBUG", raising=False)
-    tune_mod._choose.cache_clear()
+    choice_mod._choose.cache_clear()
 
 
 def test_parse_algo_env():
@@ -61,7 +63,7 @@ def test_choose_picks_the_fastest_and_says_why():
         assert "double_binary_tree (chunks=" in why_large
     assert "fastest" in why and "runners-up" in why_large
     assert choose("allreduce", 64, t) == (small, why)  # cached
-    assert tune_mod._choose.cache_info().hits >= 1
+    assert choice_mod._choose.cache_info().hits >= 1
 
 
 def test_choose_pinned_and_logged(monkeypatch, caplog):
@@ -151,13 +153,13 @@ def test_cli_tune(capsys, monkeypatch):
 
 
 def test_chunk_candidates():
-    assert tune_mod.chunk_candidates("double_binary_tree", 8) == [1]
-    assert tune_mod.chunk_candidates("double_binary_tree", 4 * tune_mod.TUNE_MIN_CHUNK_BYTES) == [1, 2, 4]
-    big = tune_mod.chunk_candidates("double_binary_tree", 1 << 40)
-    assert big[0] == 1 and big[-1] == tune_mod.TUNE_MAX_CHUNKS
-    assert tune_mod.chunk_candidates("rabenseifner", 1 << 30) == []  # no chunks parameter
-    assert tune_mod.chunk_candidates("sharp", 1 << 30) == []  # chunks=None: the builder plans its own
-    assert tune_mod.chunk_candidates("double_binary_tree", 1 << 30, {"chunks": 3}) == []  # the caller's
+    assert choice_mod.chunk_candidates("double_binary_tree", 8) == [1]
+    assert choice_mod.chunk_candidates("double_binary_tree", 4 * choice_mod.TUNE_MIN_CHUNK_BYTES) == [1, 2, 4]
+    big = choice_mod.chunk_candidates("double_binary_tree", 1 << 40)
+    assert big[0] == 1 and big[-1] == choice_mod.TUNE_MAX_CHUNKS
+    assert choice_mod.chunk_candidates("rabenseifner", 1 << 30) == []  # no chunks parameter
+    assert choice_mod.chunk_candidates("sharp", 1 << 30) == []  # chunks=None: the builder plans its own
+    assert choice_mod.chunk_candidates("double_binary_tree", 1 << 30, {"chunks": 3}) == []  # the caller's
 
 
 def test_tune_chooses_chunks_for_pipelined_trees():
@@ -168,7 +170,7 @@ def test_tune_chooses_chunks_for_pipelined_trees():
     small, _, large = table.rows
     assert "double_binary_tree" not in small.params  # 8 B: one chunk, nothing to pipeline
     c = large.params["double_binary_tree"]["chunks"]
-    assert c > 1 and 256 << 20 >= c * tune_mod.TUNE_MIN_CHUNK_BYTES
+    assert c > 1 and 256 << 20 >= c * choice_mod.TUNE_MIN_CHUNK_BYTES
     # the time reported is the simulator's at that chunk count, and no slower than the default's
     from collectives.simulate import simulate
 
@@ -186,7 +188,7 @@ def test_tune_chooses_chunks_for_pipelined_trees():
 def test_choose_reports_chunks_and_auto_uses_them(monkeypatch):
     monkeypatch.setenv("COLLECTIVES_ALGO", "double_binary_tree,binomial")
     t = fully_connected(64, latency=2e-6, bandwidth=20e9, reduce_bandwidth=50e9)
-    name, params, why = tune_mod.select("allreduce", 256 << 20, t)
+    name, params, why = choice_mod.select("allreduce", 256 << 20, t)
     assert name in ("double_binary_tree", "binomial") and params.get("chunks", 1) > 1
     assert f"{name} (chunks={params['chunks']})" in why
     assert choose("allreduce", 256 << 20, t) == (name, why)

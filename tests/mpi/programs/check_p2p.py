@@ -4,7 +4,8 @@
 Checks: gather and scatter at every root; a ring of isend/recv; receives from any source (and, under MPI, any
 tag); many messages of one sender and tag arriving in the order sent; messages to oneself; zero-length messages;
 a receive buffer larger than the message; a message larger than the buffer raising ValueError on the receiver
-with the next message from that sender still arriving intact; bad peers and tags raising before communicating.
+with the next message from that sender still arriving intact; bad peers and tags raising before communicating
+(and, on the store runtime, a receive from any tag).
 """
 
 from __future__ import annotations
@@ -120,6 +121,12 @@ for label, fn in [("peer out of range", lambda: comm.send(np.ones(2), p, tag=0))
         check(False, f"{label}: no error")
     except ValueError:
         check(True, label)
+if args.runtime == "store":  # gloo matches receives by tag: one from any tag is refused, saying so
+    try:
+        comm.irecv(np.empty(2), None, None)
+        check(False, "any tag on the store runtime: no error")
+    except ValueError as exc:
+        check("tag" in str(exc) and "MPI" in str(exc), f"any tag on the store runtime: {exc}")
 
 y = comm.allreduce(np.ones(3))
 check(bool((y == p).all()), f"allreduce after point-to-point: {y}")

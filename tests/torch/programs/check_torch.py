@@ -1,5 +1,7 @@
-"""Run under mpiexec: every torch.distributed collective x dtype x op on backend "collectives", checked against
-the result computed locally from every rank's (deterministic) input. Prints `RESULT {json}` on rank 0.
+"""Run under mpiexec or torchrun: every torch.distributed collective x dtype x op on backend "collectives", checked
+against the result computed locally from every rank's (deterministic) input. Prints `RESULT {json}` on rank 0,
+with what the default group ran on ("runtime") and whether any rank imported mpi4py.MPI ("mpi_imported": under
+torchrun, none may).
 
 Inputs are small integers, so sums, products, minima and maxima are exact in every dtype (bfloat16 included)
 and the results must match bitwise; avg is compared with a tolerance (one rounding of sum / p).
@@ -252,11 +254,13 @@ errors()
 registration()
 dist.barrier()
 
+runtime = dist.group.WORLD.comm.runtime.name
 gathered = [None] * size
-dist.all_gather_object(gathered, failures)
+dist.all_gather_object(gathered, (failures, "mpi4py.MPI" in sys.modules))
 dist.destroy_process_group()
 if rank == 0:
-    messages = [f"rank {r}: {m}" for r, fs in enumerate(gathered) for m in fs]
+    messages = [f"rank {r}: {m}" for r, (fs, _) in enumerate(gathered) for m in fs]
     print("RESULT " + json.dumps({"cases": cases, "failures": len(messages), "messages": messages[:30],
-                                  "size": size}))
+                                  "size": size, "runtime": runtime,
+                                  "mpi_imported": [r for r, (_, imported) in enumerate(gathered) if imported]}))
 sys.stdout.flush()

@@ -8,6 +8,15 @@ ends when every send has left and every receive has landed, plus the time to red
 (ranks: the kernel's throughput `topology.reduce_throughput(dtype)`; switch nodes reduce in line, at the rate
 their ports deliver, so they add no separate term).
 
+On a cluster that runs NCCL's runtime (`topology.runtime`, topology/runtime.py) three rules change:
+- the protocol's wire format: a message between two ranks carries data at `efficiency(protocol)` of each hop's
+  rate (LL 1/2, LL128 15/16, Simple 1);
+- the reduction streams with the transfer (NCCL's kernels reduce a chunk's slices as they arrive): a node's
+  round ends no earlier than its last received byte and than its first received byte plus the time to reduce
+  everything it receives in the round, instead of the sum of the two;
+- per call, NCCL's latency of the schedule's latency class (`params["latency_class"]`) is added: its base and
+  switch-synchronisation latency once, its per-step latency along the unpipelined critical path (latency.py).
+
 Effective bandwidth of a hop (the in-network model):
 - a message to or from an NVSwitch node (NVLS reduce or multicast) runs at the NVLink rate x `nvls.derate`
   (NCCL's derate: 0.85 Hopper, 0.74 Blackwell);
@@ -18,10 +27,13 @@ Effective bandwidth of a hop (the in-network model):
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from ..topology import TIERS
 from ..topology.capabilities import dtype_name
+from ..topology.runtime import check_protocol, efficiency
 
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "uint8": 1, "int16": 2,
              "uint16": 2, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8}
@@ -35,9 +47,13 @@ def itemsize(dtype: object) -> int:
 
 
 class CostRules:
-    """Hop bandwidths, reduction rates and labels for one (topology, dtype, operation size)."""
+    """Hop bandwidths, reduction rates and labels for one (topology, dtype, operation size, protocol).
 
-    def __init__(self, topology, dtype: object = "float32", op_bytes: int = 0) -> None:
+    `protocol` is NCCL's (LL, LL128, Simple) on a cluster with a runtime, and must be None elsewhere;
+    `sharp_protocol` is SHARP's (llt or sat, by operation size) when the fabric aggregates.
+    """
+
+    def __init__(self, topology, dtype: object = "float32", op_bytes: int = 0, protocol: str | None = None) -> None:
         self.topology = topology
         self.dtype = dtype_name(dtype)
         self.itemsize = itemsize(dtype)
@@ -51,12 +67,38 @@ class CostRules:
         self.nvswitch_range = (int(lo), int(hi))
         self.fabric_start = int(hi)
         self.sharp = sh if sh is not None and sh.enabled else None
-        self.protocol = self.sharp.protocol(int(op_bytes)) if self.sharp is not None else None
+        self.sharp_protocol = self.sharp.protocol(int(op_bytes)) if self.sharp is not None else None
+        self.runtime = getattr(topology, "runtime", None)
+        if protocol is not None and self.runtime is None:
+            raise ValueError(f"protocol {protocol!r} needs a cluster that runs NCCL's runtime; {topology.name!r} has "
+                             "none (its messages cost only their links)")
+        self.protocol = None if protocol is None else check_protocol(protocol)
+        # data per wire byte of rank-to-rank messages; switch operations run NCCL's Simple kernels only
+        self.efficiency = efficiency(self.protocol) if self.protocol is not None else 1.0
+        self.overlap_reduce = self.runtime is not None
+
+    def at_full_rate(self) -> CostRules:
+        """These rules with the protocol's wire efficiency left out (shared costing, see analytic._round_cost)."""
+        if self.efficiency == 1.0:
+            return self
+        if getattr(self, "_full", None) is None:
+            full = copy.copy(self)
+            full.protocol, full.efficiency = None, 1.0
+            self._full = full
+        return self._full
 
     @property
     def key(self) -> tuple:
-        """What the effective bandwidths depend on beyond the topology (part of the analytic cache key)."""
-        return (self.dtype, self.protocol)
+        """What the effective bandwidths depend on beyond the topology (part of the analytic cache key; the
+        protocol's efficiency is applied when a structure is evaluated, so it is not part of it)."""
+        return (self.dtype, self.sharp_protocol, self.overlap_reduce)
+
+    def reduce_end(self, ser, red):
+        """How long after its start + latency a lone message into a reducing receiver has landed and been
+        reduced, given its serialization `ser` and the receiver's reduction time `red` for the round: streamed
+        (max) under a runtime, else one after the other (the per-flow duration the analytic model ranks rounds
+        by; the event and dataflow models apply the rule per node, see the module docstring)."""
+        return np.maximum(ser, red) if self.overlap_reduce else ser + red
 
     def is_nvswitch(self, nodes: np.ndarray) -> np.ndarray:
         lo, hi = self.nvswitch_range
@@ -78,7 +120,7 @@ class CostRules:
             factor[nvs] = self.nvls_factor
         fab = np.broadcast_to(self.is_fabric_switch(src) | self.is_fabric_switch(dst), links.shape)
         if self.sharp is not None and fab.any():
-            if self.protocol == "sat":
+            if self.sharp_protocol == "sat":
                 factor[fab] = self.sharp.sat_efficiency
             else:
                 lat = np.zeros(links.shape)
@@ -86,6 +128,9 @@ class CostRules:
                 cap = self.sharp.ost_quota * self.sharp.ost_size / np.maximum(2 * lat, 1e-12)
                 f = np.where(on, np.minimum(1.0, cap / np.where(on, bw, 1.0)), 1.0)
                 factor[fab] = f[fab]
+        if self.efficiency != 1.0:
+            p2p = np.broadcast_to((src < self.world_size) & (dst < self.world_size), links.shape)
+            factor = np.where(p2p, factor * self.efficiency, factor)
         return bw * factor, factor
 
     def hop_factor(self, src: np.ndarray, dst: np.ndarray, bw: np.ndarray, lat: np.ndarray) -> np.ndarray:
@@ -97,7 +142,7 @@ class CostRules:
             factor[nvs] = self.nvls_factor
         fab = self.is_fabric_switch(src) | self.is_fabric_switch(dst)
         if self.sharp is not None and fab.any():
-            if self.protocol == "sat":
+            if self.sharp_protocol == "sat":
                 factor[fab] = self.sharp.sat_efficiency
             else:
                 cap = self.sharp.ost_quota * self.sharp.ost_size / np.maximum(2 * lat[fab], 1e-12)
@@ -135,7 +180,7 @@ class CostRules:
         sw = dst if dst >= self.world_size else src
         if self.is_nvswitch(np.array([sw]))[0]:
             return f"switch aggregation: NVLS at {self.node_name(sw)} (derate {self.nvls_factor:g})"
-        proto = (self.protocol or "sat").upper()
+        proto = (self.sharp_protocol or "sat").upper()
         return f"switch aggregation: SHARP {proto} at {self.node_name(sw)}"
 
 

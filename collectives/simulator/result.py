@@ -53,6 +53,10 @@ class SimulationResult:
     reason: str = ""  # why this algorithm (algorithm="auto")
     max_link_utilization: float = 0.0  # busiest link's busy time / elapsed time (<= 1)
     params: dict[str, Any] = field(default_factory=dict)
+    protocol: str | None = None  # NCCL's protocol (LL, LL128, Simple) on a runtime cluster, else None
+    channels: int | None = None  # channels the schedule runs on (None: the algorithm has no channels)
+    # event mode with trace=True: every message's and round's times (collectives.simulator.trace); not in to_dict
+    trace: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def algbw(self) -> float:
@@ -64,13 +68,16 @@ class SimulationResult:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d.pop("trace", None)
         d["algbw"] = self.algbw
         d["busbw"] = self.busbw
         return d
 
     def summary(self) -> str:
         lines = [f"{self.algorithm} {self.collective} of {self.nbytes:,} B ({self.count:,} x {self.dtype} per rank) "
-                 f"on {self.topology} ({self.world_size:,} ranks), {self.mode} model:",
+                 f"on {self.topology} ({self.world_size:,} ranks), {self.mode} model"
+                 + (f", protocol {self.protocol}" if self.protocol else "")
+                 + (f", {self.channels} channel(s)" if self.channels else "") + ":",
                  f"  time {self.time * 1e6:,.2f} us, algbw {self.algbw / 1e9:,.2f} GB/s, "
                  f"busbw {self.busbw / 1e9:,.2f} GB/s",
                  f"  bottleneck: {self.bottleneck}"]

@@ -1,0 +1,121 @@
+"""Shards and pieces: the buffer layout of a pipelined hierarchical allreduce, and the stages it is built from.
+
+Vocabulary. D domains of G GPUs; GPU j of domain d is rank d·G + j. The buffer is cut into `pieces` that stream
+through the stages one round apart; each piece into G *shards* (shard j belongs to the GPUs of local index j, the
+*inter group* j on NIC rail j), each shard into `sub` *parts* when the inter-domain stage splits it further (the
+double binary tree's two halves). Piece-major table: chunk id = (piece x G + shard) x sub + part.
+
+A pipelined hierarchical allreduce is three stages, each a list of lanes (_pipeline.py) at its own lags:
+intra-domain reduce-scatter (GPU j ends with shard j of the piece reduced over its domain), inter-domain
+allreduce of shard j over group j (all groups at once, each on its own rail), intra-domain allgather. Stage
+builders: `intra_reduce_scatter`, `inter_allreduce`, `intra_allgather`; `hierarchical.py`, `nvls_tree.py`,
+`collnet_direct.py` and `collnet_chain.py` compose them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from collectives.schedule import ChunkTable
+
+from ._pipeline import memo
+from .double_binary_tree import double_binary_tree, tree_lanes
+from .nvls import gather_lanes, multicast_lanes, reduce_lanes, scatter_lanes
+from .ring import ring_lanes
+from .sharp import build_forest, climb_lanes, descent_lanes
+
+
+@dataclass(frozen=True)
+class Shards:
+    """The piece-major layout: `pieces` x G shards x `sub` parts."""
+
+    pieces: int
+    G: int
+    sub: int = 1
+
+    def table(self, work: int) -> ChunkTable:
+        return ChunkTable.whole(work, self.pieces, self.G * self.sub)
+
+    def piece(self, k):
+        return k * self.G * self.sub, self.G * self.sub
+
+    def shard(self, k, j):
+        return (k * self.G + j) * self.sub, self.sub
+
+    def part(self, k, j, b):
+        return (k * self.G + j) * self.sub + b, 1
+
+
+def members(topology, nvswitches: bool, fabric: np.ndarray = ()) -> np.ndarray:
+    """Node ids of a composed phase's members, increasing: every rank, then (if used) every domain switch, then
+    the fabric switches used; rank r is member r, domain d's switch member N + d when `nvswitches`."""
+    parts = [np.arange(topology.world_size, dtype=np.int64)]
+    if nvswitches:
+        parts.append(topology.nvswitches())
+    parts.append(np.unique(np.asarray(fabric, np.int64)))
+    return np.concatenate(parts)
+
+
+def intra_reduce_scatter(topology, intra: str, layout: Shards, lag: int) -> tuple[list, int]:
+    """GPU j of every domain ends with shard j of each piece reduced over its domain: by the domain's switch
+    (NVLS reduce at `lag`, scatter at lag + 1) or a ring inside the domain (G - 1 steps). (lanes, next lag)."""
+    D, G = topology.num_domains, topology.gpus_per_domain
+    gpus = np.arange(topology.world_size, dtype=np.int64).reshape(D, G)
+    if G == 1:
+        return [], lag
+    if intra == "nvls":
+        sw = topology.world_size + np.arange(D, dtype=np.int64)
+        return reduce_lanes(gpus, sw, lag, layout.piece) + scatter_lanes(gpus, sw, lag + 1, layout.shard), lag + 2
+    return ring_lanes(gpus, lag, lambda k, r, b: layout.shard(k, b), reduce=True), lag + G - 1
+
+
+def intra_allgather(topology, intra: str, layout: Shards, lag: int) -> tuple[list, int]:
+    """Every GPU gets every shard of each piece from its domain: GPU j gives shard j to the switch, which
+    multicasts the piece (NVLS), or a ring inside the domain. (lanes, next lag)."""
+    D, G = topology.num_domains, topology.gpus_per_domain
+    gpus = np.arange(topology.world_size, dtype=np.int64).reshape(D, G)
+    if G == 1:
+        return [], lag
+    if intra == "nvls":
+        sw = topology.world_size + np.arange(D, dtype=np.int64)
+        return gather_lanes(gpus, sw, lag, layout.shard) + multicast_lanes(gpus, sw, lag + 1, layout.piece), lag + 2
+    return ring_lanes(gpus, lag, lambda k, r, b: layout.shard(k, b), reduce=False), lag + G - 1
+
+
+def rail_trees(topology) -> list:
+    """One SHARP aggregation tree per inter group j (the GPUs of local index j, on rail j), climbing through
+    rail j's up ports (kept per topology: memo)."""
+
+    def make():
+        groups = topology.domain_groups().T
+        return [topology.sharp_tree(ranks=groups[j], port=int(topology.rank_rail(int(groups[j, 0]))))
+                for j in range(groups.shape[0])]
+
+    return memo(topology, ("rail_trees",), make)
+
+
+def inter_allreduce(topology, inter: str, layout: Shards, lag: int, nodes: np.ndarray, trees=None) -> tuple[list, int]:
+    """Shard j of each piece allreduced over inter group j, every group at once: up and down rail j's SHARP
+    tree (`trees`, members among `nodes`; results by multicast: a unicast descent is slower than a piece per
+    round, so it does not pipeline with the stages around it), or NCCL's double binary tree over the domains
+    (each tree one half of the shard). (lanes, next lag)."""
+    D, G = topology.num_domains, topology.gpus_per_domain
+    if D == 1:
+        return [], lag
+    if inter == "sharp":
+        forest = build_forest(trees, nodes)
+        data = lambda k, v: layout.shard(k, forest.tree[v])  # noqa: E731  (tree j reduces shard j)
+        lanes = climb_lanes(forest, data, lag) + descent_lanes(forest, data, lag)
+        return lanes, lag + 2 * int(forest.depth.max())
+    trees2 = double_binary_tree(D)
+    H = max(int(t.height.max(initial=0)) for t in trees2)
+    group_members = np.arange(topology.world_size, dtype=np.int64).reshape(D, G).T  # (G, D): member of (j, d)
+    lanes = []
+    for b, tree in enumerate(trees2):
+        lanes += tree_lanes(tree, group_members, lambda k, j, b=b: layout.part(k, j, b), lag, height=H)
+    return lanes, lag + 2 * H
+
+
+__all__ = ["Shards", "inter_allreduce", "intra_allgather", "intra_reduce_scatter", "members", "rail_trees"]

@@ -1,0 +1,343 @@
+"""The event simulator: discrete-event execution of every node's explicit program (`expand`).
+
+Messages are the matched send/receive pairs of the programs (the k-th send from a to b in round r meets the
+k-th receive at b from a in round r). Each node walks its rounds in order; entering a round posts its messages,
+and a message starts once both its ends have entered its round (rounds of different nodes are otherwise
+independent: data dependencies only, no global barrier). Messages that start at the same time start in the
+order their senders post them.
+
+Links are shared fairly (processor sharing): a message streams cut-through over its whole path at the least,
+over its links, of the link's effective bandwidth (model.py) divided by the messages streaming over that link
+at that moment, and every start or end of a message re-divides the links it uses. Its last byte leaves the
+sender when its bytes are streamed and lands after the path's latency. A node's round ends when its sends have
+left and its receives have landed, plus (or overlapped with: model.py) the reduction of what it received, and
+the node then enters its next round: that is how pieces pipeline. The analytic model shares a link among the
+round's messages the same way, which is why the two agree; here the sharing also follows messages of
+different rounds that meet on a link, and no link ever carries more than its bandwidth (checked: busy time
+<= elapsed time).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from ..errors import ScheduleError
+from ..schedule.expand import expand
+from ..schedule.ops import OpKind
+from .model import CostRules
+
+
+@dataclass
+class Messages:
+    src: np.ndarray
+    dst: np.ndarray
+    round: np.ndarray
+    nbytes: np.ndarray
+    reduce: np.ndarray  # the receiver reduces (RECV_REDUCE)
+    position: np.ndarray  # the send's place among its sender's operations of the round (0 = posted first)
+
+
+def match_messages(schedule, itemsize: int) -> Messages:
+    """Pair every send with its receive; raise ScheduleError naming the first unmatched operation."""
+    ops = expand(schedule)
+    send = ops.kind == int(OpKind.SEND)
+    s_idx, r_idx = np.flatnonzero(send), np.flatnonzero(~send)
+    s_idx = s_idx[np.lexsort((ops.index[s_idx], ops.round[s_idx], ops.peer[s_idx], ops.node[s_idx]))]
+    r_idx = r_idx[np.lexsort((ops.index[r_idx], ops.round[r_idx], ops.node[r_idx], ops.peer[r_idx]))]
+    if s_idx.size != r_idx.size or not (
+            np.array_equal(ops.node[s_idx], ops.peer[r_idx]) and np.array_equal(ops.peer[s_idx], ops.node[r_idx])
+            and np.array_equal(ops.round[s_idx], ops.round[r_idx])):
+        n = min(s_idx.size, r_idx.size)
+        bad = np.flatnonzero((ops.node[s_idx[:n]] != ops.peer[r_idx[:n]]) | (ops.peer[s_idx[:n]] != ops.node[r_idx[:n]])
+                             | (ops.round[s_idx[:n]] != ops.round[r_idx[:n]]))
+        i = int(bad[0]) if bad.size else n
+        row = s_idx[i] if i < s_idx.size else r_idx[i]
+        raise ScheduleError(f"unmatched message: node {int(ops.node[row])} round {int(ops.round[row])} peer "
+                            f"{int(ops.peer[row])} ({s_idx.size} sends, {r_idx.size} receives)",
+                            node=int(ops.node[row]), round=int(ops.round[row]))
+    length = ops.stop - ops.start
+    if not np.array_equal(length[s_idx], length[r_idx]):
+        i = int(np.flatnonzero(length[s_idx] != length[r_idx])[0])
+        raise ScheduleError(f"message sizes disagree: node {int(ops.node[s_idx[i]])} sends {int(length[s_idx[i]])} "
+                            f"elements to node {int(ops.peer[s_idx[i]])}, which expects {int(length[r_idx[i]])}",
+                            node=int(ops.node[s_idx[i]]), round=int(ops.round[s_idx[i]]))
+    # position of each op in its node's round: its program index less that of the round's first op
+    first = np.r_[True, (ops.node[1:] != ops.node[:-1]) | (ops.round[1:] != ops.round[:-1])] if len(ops) else \
+        np.zeros(0, bool)
+    start_of = np.maximum.accumulate(np.where(first, np.arange(len(ops)), 0)) if len(ops) else np.zeros(0, np.int64)
+    position = (np.arange(len(ops)) - start_of)[s_idx]
+    return Messages(ops.node[s_idx], ops.peer[s_idx], ops.round[s_idx], length[s_idx].astype(np.float64) * itemsize,
+                    ops.kind[r_idx] == int(OpKind.RECV_REDUCE), position.astype(np.int64))
+
+
+START, FINISH, ARRIVE = 2, 0, 1  # event kinds; at equal times finishes free links before new messages take them
+
+
+@numba.njit(cache=True)
+def _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, recv_end, heap, entered):
+    k = cur[v]
+    entered[k] = ready[v]
+    send_end[k] = ready[v]
+    recv_end[k] = ready[v]
+    for j in range(slot_ptr[k], slot_ptr[k + 1]):
+        f = slot_msg[j]
+        ends[f] += 1
+        if ends[f] == 2:
+            heapq.heappush(heap, (max(ready[msrc[f]], ready[mdst[f]]), START, mpos[f], f, np.int64(0)))
+
+
+@numba.njit(cache=True)
+def _rerate(g, t, links, hbw, nflow, rem, rate, last, ver, heap):
+    """Flow g's fair-share rate from now on: the least over its links of bandwidth / flows on the link."""
+    rem[g] -= rate[g] * (t - last[g])
+    if rem[g] < 0.0:
+        rem[g] = 0.0
+    last[g] = t
+    r = np.inf
+    for h in range(links.shape[1]):
+        link = links[g, h]
+        if link < 0:
+            break
+        r = min(r, hbw[g, h] / nflow[link])
+    rate[g] = r
+    ver[g] += 1
+    heapq.heappush(heap, (t + rem[g] / r, FINISH, np.int64(0), g, ver[g]))
+
+
+@numba.njit(cache=True)
+def _rerate_sharers(f, t, links, hbw, nflow, head, nxt, rem, rate, last, ver, active, heap):
+    """Every active flow that shares a link with f gets its new fair share."""
+    H = links.shape[1]
+    for h in range(H):
+        link = links[f, h]
+        if link < 0:
+            break
+        e = head[link]
+        while e >= 0:
+            g = e // H
+            if active[g] and g != f:
+                _rerate(g, t, links, hbw, nflow, rem, rate, last, ver, heap)
+            e = nxt[e]
+
+
+@numba.njit(cache=True)
+def _complete(v, t, is_send, k, overlap, send_end, recv_end, recv_first, slot_red, pending, done, ready, cur,
+              node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap, entered):
+    """One end of a message is done at t: the sender's bytes have left, or the receiver's have landed."""
+    if is_send:
+        send_end[k] = max(send_end[k], t)
+    else:
+        recv_end[k] = max(recv_end[k], t)
+    pending[k] -= 1
+    if pending[k] == 0:
+        if overlap:  # model.CostRules.overlap_reduce
+            end = max(send_end[k], recv_end[k], recv_first[k] + slot_red[k] if slot_red[k] > 0 else 0.0)
+        else:
+            end = max(send_end[k], recv_end[k] + slot_red[k])
+        done[k] = end
+        ready[v] = end
+        cur[v] += 1
+        if cur[v] < node_last[v]:
+            _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, recv_end, heap, entered)
+
+
+@numba.njit(cache=True)
+def _run(num_nodes, msrc, mdst, mpos, links, hbw, lat, nbytes, slot_ptr, slot_msg, slot_red, node_first, node_last,
+         num_links, overlap):
+    M, H = links.shape
+    nslots = slot_ptr.size - 1
+    ready = np.zeros(num_nodes)
+    cur = node_first.copy()
+    ends = np.zeros(M, np.int64)
+    pending = slot_ptr[1:] - slot_ptr[:-1]
+    send_end = np.zeros(nslots)
+    recv_end = np.zeros(nslots)
+    recv_first = np.full(nslots, np.inf)
+    done = np.full(nslots, -1.0)
+    busy = np.zeros(num_links)
+    queued = np.zeros(M)
+    started = np.zeros(M)
+    finished = np.zeros(M)
+    entered = np.zeros(nslots)
+    rem = nbytes.copy()
+    rate = np.zeros(M)
+    last = np.zeros(M)
+    ver = np.zeros(M, np.int64)
+    active = np.zeros(M, np.bool_)
+    nflow = np.zeros(num_links, np.int64)
+    head = np.full(num_links, -1, np.int64)
+    nxt = np.full(M * H, -1, np.int64)
+    prv = np.full(M * H, -1, np.int64)
+    heap = [(0.0, np.int64(0), np.int64(0), np.int64(0), np.int64(0))]
+    heap.pop()
+    for v in range(num_nodes):
+        if cur[v] < node_last[v]:
+            _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, recv_end, heap, entered)
+    while len(heap) > 0:
+        t, kind, _, f, version = heapq.heappop(heap)
+        if kind == START:
+            started[f] = t
+            kd = cur[mdst[f]]
+            recv_first[kd] = min(recv_first[kd], t + lat[f])
+            if links[f, 0] < 0 or nbytes[f] <= 0.0:  # nothing to stream: the message is sent at once
+                finished[f] = t
+                ks = cur[msrc[f]]
+                _complete(msrc[f], t, True, ks, overlap, send_end, recv_end, recv_first, slot_red, pending, done,
+                          ready, cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap, entered)
+                heapq.heappush(heap, (t + lat[f], ARRIVE, np.int64(0), f, np.int64(0)))
+                continue
+            active[f] = True
+            last[f] = t
+            for h in range(H):
+                link = links[f, h]
+                if link < 0:
+                    break
+                e = f * H + h
+                nxt[e] = head[link]
+                if head[link] >= 0:
+                    prv[head[link]] = e
+                prv[e] = -1
+                head[link] = e
+                nflow[link] += 1
+                busy[link] += nbytes[f] / hbw[f, h]
+            _rerate(f, t, links, hbw, nflow, rem, rate, last, ver, heap)
+            _rerate_sharers(f, t, links, hbw, nflow, head, nxt, rem, rate, last, ver, active, heap)
+        elif kind == FINISH:
+            if version != ver[f] or not active[f]:
+                continue
+            active[f] = False
+            finished[f] = t
+            alone = np.inf
+            for h in range(H):
+                link = links[f, h]
+                if link < 0:
+                    break
+                alone = min(alone, hbw[f, h])
+                e = f * H + h
+                if prv[e] >= 0:
+                    nxt[prv[e]] = nxt[e]
+                else:
+                    head[link] = nxt[e]
+                if nxt[e] >= 0:
+                    prv[nxt[e]] = prv[e]
+                nflow[link] -= 1
+            queued[f] = max(t - started[f] - nbytes[f] / alone, 0.0)
+            _rerate_sharers(f, t, links, hbw, nflow, head, nxt, rem, rate, last, ver, active, heap)
+            ks = cur[msrc[f]]
+            _complete(msrc[f], t, True, ks, overlap, send_end, recv_end, recv_first, slot_red, pending, done, ready,
+                      cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap, entered)
+            heapq.heappush(heap, (t + lat[f], ARRIVE, np.int64(0), f, np.int64(0)))
+        else:  # ARRIVE: the last byte has landed
+            kd = cur[mdst[f]]
+            _complete(mdst[f], t, False, kd, overlap, send_end, recv_end, recv_first, slot_red, pending, done, ready,
+                      cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap, entered)
+    return done, busy, queued, started, finished, entered
+
+
+@dataclass
+class EventRun:
+    time: float
+    phase_end: np.ndarray  # per phase: latest round end of any node in it
+    busy: np.ndarray  # per link: seconds held
+    tier_bytes: np.ndarray
+    reduce_time: np.ndarray  # per node: seconds spent reducing
+    num_messages: int
+    critical: list  # per round: (resource key, seconds) of its slowest message (as analytic.evaluate keys)
+    timeline: dict | None = None  # with run(..., timeline=True): every message's and round's times (trace.py)
+
+
+def run(schedule, rules: CostRules, timeline: bool = False) -> EventRun:
+    """Execute `schedule` event by event on `rules.topology` (`timeline`: keep every message's and every
+    round's times, for a trace)."""
+    msg = match_messages(schedule, rules.itemsize)
+    topo = rules.topology
+    M = msg.src.size
+    links = topo.path_links(msg.src, msg.dst) if M else np.zeros((0, 1), np.int64)
+    bw, _ = rules.hop_bandwidth(msg.src[:, None], msg.dst[:, None], links)
+    hser = np.where(links >= 0, msg.nbytes[:, None] / bw, 0.0)
+    hlat = rules.path_latency(links)
+    hbw = np.where(links >= 0, bw, np.inf)
+    # (node, round) slots: each message appears in its sender's and its receiver's slot
+    node = np.concatenate((msg.src, msg.dst))
+    rnd = np.concatenate((msg.round, msg.round))
+    mid = np.concatenate((np.arange(M), np.arange(M)))
+    red_bytes = np.concatenate((np.zeros(M), np.where(msg.reduce, msg.nbytes, 0.0)))
+    order = np.lexsort((rnd, node))
+    node, rnd, mid, red_bytes = node[order], rnd[order], mid[order], red_bytes[order]
+    new = np.r_[True, (node[1:] != node[:-1]) | (rnd[1:] != rnd[:-1])] if node.size else np.zeros(0, bool)
+    starts = np.flatnonzero(new)
+    slot_ptr = np.r_[starts, node.size].astype(np.int64)
+    slot_node, slot_round = node[starts], rnd[starts]
+    slot_red = (np.add.reduceat(red_bytes, starts) if starts.size else np.zeros(0)) / rules.reduce_rate(slot_node)
+    num_nodes = max(schedule.num_nodes, topo.num_nodes)
+    node_first = np.searchsorted(slot_node, np.arange(num_nodes), side="left").astype(np.int64)
+    node_last = np.searchsorted(slot_node, np.arange(num_nodes), side="right").astype(np.int64)
+    done, busy, queued, started, finished, entered = _run(num_nodes, msg.src, msg.dst, msg.position, links, hbw, hlat.sum(axis=1), msg.nbytes,
+                              slot_ptr, mid.astype(np.int64), slot_red, node_first, node_last, topo.num_links,
+                              rules.overlap_reduce)
+    if (done < 0).any():
+        k = int(np.flatnonzero(done < 0)[0])
+        raise ScheduleError(f"deadlock: node {int(slot_node[k])} never completes round {int(slot_round[k])}",
+                            node=int(slot_node[k]), round=int(slot_round[k]))
+    total = float(done.max()) if done.size else 0.0
+    bounds = np.cumsum([ph.num_rounds for ph in schedule.phases])
+    phase_of = np.searchsorted(bounds, slot_round, side="right")
+    phase_end = np.zeros(len(schedule.phases))
+    if done.size:
+        np.maximum.at(phase_end, phase_of, done)
+    reduce_time = np.bincount(slot_node, weights=slot_red, minlength=num_nodes) if starts.size else np.zeros(num_nodes)
+    critical = _critical(msg, links, hser, hlat, queued, bw, rules, slot_node, slot_round, slot_red)
+    line = None
+    if timeline:
+        line = dict(src=msg.src, dst=msg.dst, round=msg.round, nbytes=msg.nbytes, start=started, sent=finished,
+                    arrival=finished + hlat.sum(axis=1), first_link=links[:, 0] if M else np.zeros(0, np.int64),
+                    last_link=links[np.arange(M), np.maximum((links >= 0).sum(axis=1) - 1, 0)] if M else
+                    np.zeros(0, np.int64), slot_node=slot_node, slot_round=slot_round, slot_start=entered,
+                    slot_end=done, phase_bounds=bounds)
+    return EventRun(total, phase_end, busy, rules.tier_counts(links, msg.nbytes), reduce_time, M, critical, line)
+
+
+def _critical(msg, links, hser, hlat, queued, bw, rules, slot_node, slot_round, slot_red) -> list:
+    """Per round, what its slowest message waited for (the analytic simulator's attribution, per message)."""
+    M = msg.src.size
+    if M == 0:
+        return []
+    hop = np.argmax(hser, axis=1)
+    rows = np.arange(M)
+    ser, lat = hser[rows, hop], hlat.sum(axis=1)
+    link = links[rows, hop]
+    _, factor = rules.hop_bandwidth(msg.src[:, None], msg.dst[:, None], links)
+    fac = factor[rows, hop]
+    slot = np.searchsorted(slot_node * (int(slot_round.max()) + 1) + slot_round,
+                           msg.dst * (int(slot_round.max()) + 1) + msg.round)
+    red = slot_red[slot]
+    if rules.overlap_reduce:  # streamed: the reduction shows only where it is slower than the transfer
+        red = np.where(red > ser + queued, red, 0.0)
+        dur = queued + lat + np.maximum(ser, red)
+    else:
+        dur = queued + ser + lat + red
+    order = np.lexsort((-dur, msg.round))
+    first = order[np.r_[True, msg.round[order][1:] != msg.round[order][:-1]]]
+    out = []
+    for f in first.tolist():
+        parts = (float(red[f]), float(ser[f] + queued[f]), float(lat[f]))
+        if parts[0] >= parts[1] and parts[0] >= parts[2]:
+            key = ("reduce", int(msg.dst[f]), 1.0)
+        elif parts[1] >= parts[2]:
+            key = ("link", int(link[f]), float(fac[f]), int(msg.src[f]), int(msg.dst[f]))
+        else:
+            key = ("latency",)
+        out.append((key, float(dur[f])))
+    return out
+
+
+def estimate_messages(schedule) -> int:
+    """An upper bound on the messages `run` would expand, without expanding (for mode="auto")."""
+    return sum(ph.num_rounds * int((ph.groups >= 0).sum()) for ph in schedule.phases)
+
+
+__all__ = ["EventRun", "Messages", "estimate_messages", "match_messages", "run"]

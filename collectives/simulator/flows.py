@@ -1,0 +1,263 @@
+"""The messages of a round and the links they cross, for the analytic simulator.
+
+A round's slot functions are evaluated once for all members of all groups (`round_flows`: source, destination
+and chunks per message); `flow_hops` maps the messages to their links' hops with `path_links` (cached per
+topology: `path_cache`), and `frontier` reduces a round's flows to the few (latency, seconds per byte) rows that
+can be its slowest at any message size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..schedule.ops import OpKind
+from ..schedule.phase import evaluate_slot
+from ..topology import TIERS
+from .model import CostRules
+
+
+def member_blocks(phase, world_size: int | None) -> list[np.ndarray] | None:
+    """Member columns holding ranks and those holding switch nodes, when a phase has both (else None).
+
+    In-network slot functions compute their many child lanes over the switch members of the array they are
+    given only, so evaluating the two blocks apart avoids rank-sized work per child lane."""
+    if world_size is None or phase.groups.size == 0:
+        return None
+    col_switch = (phase.groups >= world_size).any(axis=0)
+    if col_switch.all() or not col_switch.any():
+        return None
+    return [np.flatnonzero(~col_switch), np.flatnonzero(col_switch)]
+
+
+def _idle(slot) -> bool:
+    return np.ndim(slot.peer) == 0 and int(slot.peer) < 0
+
+
+def _lanes(rnd, blocks: list[np.ndarray], it: int):
+    """Per lane: (kind, member indices in increasing order, their peers, their chunk counts), idle lanes left
+    out; the members of several blocks are merged as one evaluation over all of them would list them. None if
+    the blocks disagree on the lanes (a slot function whose lane list depends on the members given)."""
+    per_block = [rnd.slots(b, np.int64(it)) for b in blocks]
+    if len({len(x) for x in per_block}) != 1:
+        return None
+    out = []
+    for lane in zip(*per_block, strict=True):
+        busy = [(b, s) for b, s in zip(blocks, lane, strict=True) if not _idle(s)]
+        kinds = {s.kind for _, s in busy}
+        if len(kinds) > 1:
+            return None
+        if not busy:
+            continue
+        kind = busy[0][1].kind
+        if kind == OpKind.RECV:
+            out.append((kind, None, None, None))
+            continue
+        ms, ps, ns = [], [], []
+        for b, s in busy:
+            peer, _, n = evaluate_slot(s, b.shape)
+            at = np.flatnonzero(peer >= 0)
+            ms.append(b[at]), ps.append(peer[at]), ns.append(n[at])
+        m, peer, n = (np.concatenate(x) for x in (ms, ps, ns))
+        firsts = [x[0] for x in ms if x.size]
+        lasts = [x[-1] for x in ms if x.size]
+        if len(firsts) > 1 and not all(a < b for a, b in zip(lasts[:-1], firsts[1:], strict=True)):
+            order = np.argsort(m, kind="stable")  # interleaved blocks: back to member order
+            m, peer, n = m[order], peer[order], n[order]
+        out.append((kind, m, peer, n))
+    return out
+
+
+def round_flows(phase, rnd, it: int, blocks: list[np.ndarray] | None = None) -> tuple[np.ndarray, ...]:
+    """(src, dst, chunks) of every message of one round iteration, and (node, chunks) of every reduction.
+
+    `blocks` (see member_blocks) evaluates the slots over those member blocks apart; the flows come out the
+    same, in the same order."""
+    M = phase.group_size
+    members = np.arange(M, dtype=np.int64)
+    groups = phase.groups
+    G = groups.shape[0]
+    sparse = getattr(rnd.slots, "lanes", None)  # optional: a slot function's busy members, lane by lane
+    lanes = None
+    if sparse is not None:
+        lanes = [(kind, m, peer, n) for kind, m, peer, n in sparse(it) if kind != OpKind.RECV]
+    elif blocks:
+        lanes = _lanes(rnd, blocks, it)
+    if lanes is None:
+        lanes = []
+        for slot in rnd.slots(members, np.int64(it)):
+            if slot.kind == OpKind.RECV or _idle(slot):
+                continue
+            peer, _, n = evaluate_slot(slot, members.shape)
+            m = np.flatnonzero(peer >= 0)
+            lanes.append((slot.kind, m, peer[m], n[m]))
+    srcs, dsts, units, red_nodes, red_units = [], [], [], [], []
+    for kind, m, peer, n in lanes:
+        if kind == OpKind.RECV or m.size == 0:
+            continue
+        u = np.broadcast_to(n.astype(np.float64), (G, m.size)).ravel()
+        if kind == OpKind.SEND:
+            s, d = groups[:, m].ravel(), groups[:, peer].ravel()
+            ok = (s >= 0) & (d >= 0)
+            srcs.append(s[ok]), dsts.append(d[ok]), units.append(u[ok])
+        else:  # RECV_REDUCE: the receiver reduces n chunks
+            v = groups[:, m].ravel()
+            ok = v >= 0
+            red_nodes.append(v[ok]), red_units.append(u[ok])
+    cat = lambda xs, dt: np.concatenate(xs).astype(dt, copy=False) if xs else np.zeros(0, dt)  # noqa: E731
+    return (cat(srcs, np.int64), cat(dsts, np.int64), cat(units, np.float64), cat(red_nodes, np.int64),
+            cat(red_units, np.float64))
+
+
+@dataclass
+class Hops:
+    """The protocol-independent part of a round's costing: paths, loads, latencies, reductions."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    fidx: np.ndarray  # flow of each used hop (flow-major)
+    hl: np.ndarray  # link of each used hop
+    raw_bw: np.ndarray
+    hop_lat: np.ndarray
+    hop_load: np.ndarray  # chunks on each used hop's link
+    lat: np.ndarray  # path latency per flow
+    starts: np.ndarray  # first hop of each flow with hops
+    load_coef: float
+    tier: np.ndarray
+    rn: np.ndarray
+    rc: np.ndarray
+    rc_add: np.ndarray  # per flow: the receiver's reduction seconds per chunk-byte (0 if it does not reduce)
+    switch: bool  # some message starts or ends at a switch node
+    fabric: bool  # some message starts or ends at a fabric switch (its cost depends on the SHARP protocol)
+    net: np.ndarray = None  # per flow: its path crosses a NIC (a network step, for NCCL's per-step latency)
+    costs: dict = field(default_factory=dict)  # full-rate RoundCosts by rules.key, shared by the protocols
+    hop_tier: np.ndarray = None  # tier of each used hop
+    units: np.ndarray = None  # chunks of each flow
+
+
+def _paths(rules: CostRules, src: np.ndarray, dst: np.ndarray) -> tuple:
+    """The messages' hops (flow-major, so each flow's hops are contiguous), their links' bandwidth, latency
+    and tier, and each path's latency: what a round's costing needs of its (src, dst) pairs alone."""
+    F = src.size
+    topo = rules.topology
+    if not F:
+        fidx = hl = np.zeros(0, np.int64)
+    elif hasattr(topo, "hop_list"):
+        fidx, hl = topo.hop_list(src, dst)
+    else:
+        links = topo.path_links(src, dst)
+        fidx, hidx = np.nonzero(links >= 0)
+        hl = links[fidx, hidx]
+    if not hl.size:
+        raw_bw, hop_lat, hop_tier = np.zeros(0), np.zeros(0), np.zeros(0, np.int64)
+    elif hasattr(topo, "link_attributes"):
+        raw_bw, hop_lat, hop_tier = topo.link_attributes(hl)
+    else:
+        raw_bw, hop_lat, hop_tier = topo.link_bandwidth(hl), topo.link_latency(hl), topo.link_tier(hl)
+    lat = np.bincount(fidx, weights=hop_lat, minlength=F) if hl.size else np.zeros(F)
+    starts = np.flatnonzero(np.r_[True, fidx[1:] != fidx[:-1]]) if hl.size else np.zeros(0, np.int64)
+    return fidx, hl, raw_bw, hop_lat, hop_tier.astype(np.int64), lat, starts
+
+
+class PathCache:
+    """Paths of the (src, dst) pairs of rounds already costed on one topology: the two halves of a ring or NVLS
+    allreduce send over the same pairs, and so do the schedules a sweep builds for each size, so such rounds
+    reuse the paths (the most recent PATH_CACHE_MAX pair sets per topology, in `path_cache`)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[np.ndarray, np.ndarray, tuple]] = []
+
+    def get(self, rules: CostRules, src: np.ndarray, dst: np.ndarray) -> tuple:
+        for i, (s, d, paths) in enumerate(self.seen):
+            if s.shape == src.shape and np.array_equal(s, src) and np.array_equal(d, dst):
+                if i:  # most recently used first
+                    self.seen.insert(0, self.seen.pop(i))
+                return paths
+        paths = _paths(rules, src, dst)
+        self.seen.insert(0, (src, dst, paths))
+        del self.seen[PATH_CACHE_MAX:]
+        return paths
+
+
+PATH_CACHE_MAX = 16
+_PATH_CACHES: dict[int, tuple] = {}
+
+
+def path_cache(topology) -> PathCache:
+    """The topology's path cache (a few topologies at a time)."""
+    hit = _PATH_CACHES.get(id(topology))
+    if hit is not None and hit[0] is topology:
+        return hit[1]
+    if len(_PATH_CACHES) >= 4:
+        _PATH_CACHES.pop(next(iter(_PATH_CACHES)))
+    cache = PathCache()
+    _PATH_CACHES[id(topology)] = (topology, cache)
+    return cache
+
+
+def flow_hops(rules: CostRules, flows: tuple, cache: PathCache | None = None) -> Hops:
+    src, dst, u, rn, ru = flows
+    F = src.size
+    topo = rules.topology
+    fidx, hl, raw_bw, hop_lat, hop_tier, lat, starts = (cache.get if cache else
+                                                        lambda r, a, b: _paths(r, a, b))(rules, src, dst)
+    if hl.size:
+        uh = u[fidx]
+        # chunks on each hop's link: over all links when the hops are many, over the links used when few
+        # (the same sums, in the same order)
+        if 8 * hl.size >= topo.num_links:
+            hop_load = np.bincount(hl, weights=uh, minlength=topo.num_links)[hl]
+        else:
+            _, inv = np.unique(hl, return_inverse=True)
+            hop_load = np.bincount(inv, weights=uh)[inv]
+        # the busiest link: a maximum over the hops is one over the links carrying anything
+        load_coef = float((hop_load / raw_bw).max())
+        tier = np.bincount(hop_tier, weights=uh, minlength=len(TIERS))[:len(TIERS)]
+    else:
+        hop_load = np.zeros(0)
+        load_coef = 0.0
+        tier = np.zeros(len(TIERS))
+    if rn.size:
+        order = np.argsort(rn, kind="stable")
+        rn, ru = rn[order], ru[order]
+        first_r = np.flatnonzero(np.r_[True, rn[1:] != rn[:-1]])
+        rn, ru = rn[first_r], np.add.reduceat(ru, first_r)
+        rc = ru / rules.reduce_rate(rn)
+    else:
+        rc = np.zeros(0)
+    rc_add = None
+    if F and rn.size:
+        # receivers' reduction per flow (the flows into a node share its one fused reduction)
+        pos = np.minimum(np.searchsorted(rn, dst), rn.size - 1)
+        hit = rn[pos] == dst
+        rc_add = (hit, rc[pos[hit]])
+    top = max(int(src.max()), int(dst.max())) if F else -1
+    switch = bool(hl.size) and top >= rules.world_size
+    fabric = switch and top >= rules.fabric_start
+    net = np.zeros(F, bool)
+    if hl.size:
+        net[fidx[hop_tier == TIERS.index("nic")]] = True
+    return Hops(src, dst, fidx, hl, raw_bw, hop_lat, hop_load, lat, starts, load_coef, tier, rn, rc, rc_add, switch,
+                 fabric, net, hop_tier=hop_tier, units=u)
+
+
+def frontier(lat: np.ndarray, per_byte: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct (latency, seconds per byte) rows of the flows, minus those another row dominates in both, and a
+    flow of each: max over flows of lat + per_byte x c is the max over these rows, for every c >= 0. Latencies
+    are few (sums of a few hop latencies), so the flows are grouped by latency first."""
+    lats, inv = np.unique(lat, return_inverse=True)
+    top = np.full(lats.size, -np.inf)
+    np.maximum.at(top, inv, per_byte)
+    # a flow attaining each group's maximum
+    flow = np.full(lats.size, -1, np.int64)
+    hit = np.flatnonzero(per_byte == top[inv])
+    flow[inv[hit[::-1]]] = hit[::-1]
+    keep = np.ones(lats.size, bool)
+    if lats.size > 1:
+        best_b = np.maximum.accumulate(top[::-1])[::-1]
+        keep[:-1] = top[:-1] > best_b[1:]
+    return np.stack([lats[keep], top[keep]], axis=1), flow[keep]
+
+
+__all__ = ["Hops", "PathCache", "flow_hops", "frontier", "member_blocks", "path_cache", "round_flows"]

@@ -1,0 +1,228 @@
+"""Cluster's links and paths: link attributes by id block, the link between adjacent nodes, and the paths
+(NVLink hops inside a domain; NIC, fat-tree cables and PXN hops between domains) that messages take. Link and node
+ids are laid out as cluster.py's docstring says; every query is vectorized over numpy arrays."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import as_index_array
+
+
+class ClusterLinks:
+    """Link and path queries of Cluster (a mixin: reads the id blocks and fat-tree Cluster builds)."""
+
+    # -- links ---------------------------------------------------------------------------------------------------
+    def _block(self, links: object) -> tuple[np.ndarray, np.ndarray]:
+        ids = as_index_array(links, "links")
+        if ids.size and (ids.min() < 0 or ids.max() >= self.num_links):
+            raise ValueError(f"link ids must be in [0, {self.num_links})")
+        return ids, np.searchsorted(self._block_start, ids, side="right") - 1
+
+    def link_bandwidth(self, links: object) -> np.ndarray:
+        return self._block_bw[self._block(links)[1]]
+
+    def link_latency(self, links: object) -> np.ndarray:
+        return self._block_lat[self._block(links)[1]]
+
+    def link_tier(self, links: object) -> np.ndarray:
+        return self._block_tier[self._block(links)[1]]
+
+    def link_endpoints(self, links: object) -> tuple[np.ndarray, np.ndarray]:
+        ids, blk = self._block(links)
+        src = np.full(ids.shape, -1, dtype=np.int64)
+        dst = np.full(ids.shape, -1, dtype=np.int64)
+        for b in np.unique(blk).tolist():
+            sel = blk == b
+            start, _, _, _, kind, lv, direction = self._blocks[b]
+            off = ids[sel] - start
+            if kind == "nvlink":
+                lower, upper = off, self.nvswitch_base + off // self.G
+            else:
+                assert self.tree is not None
+                t, c = np.divmod(off, self.tree.cables[lv])
+                lo, hi = self.tree.cable_ends(lv, c)
+                upper = self.fabric_base + self.node_offset[lv] + t * self.tree.n[lv] + hi
+                if lv == 1:
+                    lower = self._host_rank(t, lo)
+                    upper = np.where(lower >= 0, upper, -1)
+                else:
+                    lower = self.fabric_base + self.node_offset[lv - 1] + t * self.tree.n[lv - 1] + lo
+            src[sel], dst[sel] = (lower, upper) if direction == 0 else (upper, lower)
+        return src, dst
+
+    def _cable_link(self, level: int, tree: np.ndarray, cable: np.ndarray, down: bool) -> np.ndarray:
+        assert self.tree is not None
+        size = self.trees * self.tree.cables[level]
+        return self.link_offset[level] + (size if down else 0) + tree * self.tree.cables[level] + cable
+
+    def link_between(self, src: object, dst: object) -> np.ndarray:
+        """The one link from each src[f] to an adjacent dst[f] (rank <-> its domain switch, rank <-> its leaf,
+        fabric switch <-> parent switch; parallel cables: the lowest port). Raises for non-adjacent pairs."""
+        s, d = np.broadcast_arrays(as_index_array(src, "src"), as_index_array(dst, "dst"))
+        s, d = s.ravel(), d.ravel()
+        out = np.full(s.shape, -1, dtype=np.int64)
+        N = self.world_size
+        for a, b, down in ((s, d, False), (d, s, True)):  # a: the lower end, b: the upper end
+            lower_rank = (a >= 0) & (a < N)
+            # rank <-> its domain switch
+            m = lower_rank & (b == self.nvswitch_base + np.where(lower_rank, a, 0) // self.G)
+            out[m] = (a[m] + (N if down else 0))
+            if self.tree is None:
+                continue
+            # rank <-> its leaf
+            m = lower_rank & (b >= self.fabric_base) & (out < 0)
+            if m.any():
+                t, h = self._fabric_host(a[m])
+                leaf = self.fabric_base + self.node_offset[1] + t * self.tree.n[1] + h // self.tree.M[1]
+                ok = leaf == b[m]
+                idx = np.flatnonzero(m)[ok]
+                out[idx] = self._cable_link(1, t[ok], h[ok], down)
+            # switch <-> parent switch
+            m = (a >= self.fabric_base) & (b >= self.fabric_base) & (out < 0)
+            if m.any():
+                f = np.flatnonzero(m)
+                out[f] = self._switch_uplinks(a[f], b[f], down)
+        bad = np.flatnonzero(out < 0)
+        if bad.size:
+            f = int(bad[0])
+            raise ValueError(f"no link joins {self.node_label(int(s[f]))} and {self.node_label(int(d[f]))} "
+                             f"({bad.size} non-adjacent pair(s))")
+        return out
+
+    def _switch_addresses(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Vectorized `_switch_address` of fabric switch nodes: (level, tree, index within tree); level 0 where
+        the node is not a fabric switch."""
+        assert self.tree is not None
+        L = self.levels
+        rel = nodes - self.fabric_base
+        ok = (rel >= 0) & (nodes < self.num_nodes)
+        lv = np.searchsorted(np.asarray(self.node_offset[1:L + 2], np.int64), np.where(ok, rel, 0), side="right")
+        lv = np.where(ok, np.clip(lv, 1, L), 0)
+        n = np.asarray(self.tree.n, np.int64)
+        t, i = np.divmod(rel - np.asarray(self.node_offset, np.int64)[lv], np.maximum(n[lv], 1))
+        return lv, t, i
+
+    def _switch_uplinks(self, a: np.ndarray, b: np.ndarray, down: bool) -> np.ndarray:
+        """Link from fabric switch a[f] up to its parent b[f] (down: the reverse link); -1 where b[f] is not a
+        parent of a[f]. Parallel cables: the lowest port."""
+        ft = self.tree
+        assert ft is not None
+        L = self.levels
+        la, ta, ia = self._switch_addresses(a)
+        lb, tb, ib = self._switch_addresses(b)
+        ok = (la >= 1) & (lb == la + 1) & (ta == tb)
+        lbc = np.clip(lb, 1, L)
+        lac = np.clip(la, 0, L)
+        W, m_, w = (np.asarray(x, np.int64) for x in (ft.W, ft.m, ft.w))
+        p_, up, cables = (np.asarray(x, np.int64) for x in (ft.p, ft.up, ft.cables))
+        X, Y = np.divmod(ia, np.maximum(W[lac], 1))
+        Xb, Yb = np.divmod(ib, np.maximum(W[lbc], 1))
+        ok &= (X // m_[lbc] == Xb) & (Yb // w[lbc] == Y)
+        port = (Yb % w[lbc]) * p_[lbc]
+        cable = ia * up[lbc - 1] + port
+        size = self.trees * cables[lbc]
+        link = np.asarray(self.link_offset, np.int64)[np.minimum(lbc, len(self.link_offset) - 1)] + \
+            (size if down else 0) + ta * cables[lbc] + cable
+        return np.where(ok, link, -1)
+
+    # -- routing ---------------------------------------------------------------------------------------------------
+    def path_links(self, src: object, dst: object) -> np.ndarray:
+        """Links of each flow, in order, -1 padded to `max_hops` columns.
+
+        Rank -> rank: within a domain over NVLink (up, down); across domains over NIC and fat-tree (up/down
+        routing, destination-mod-k), with a PXN NVLink hop first in a per-rail fabric when the rails differ.
+        Any other pair must be adjacent (see `link_between`) and takes one link.
+        """
+        s, d = np.broadcast_arrays(as_index_array(src, "src"), as_index_array(dst, "dst"))
+        s, d = s.ravel(), d.ravel()
+        if s.size and (min(s.min(), d.min()) < 0 or max(s.max(), d.max()) >= self.num_nodes):
+            raise ValueError(f"nodes must be in [0, {self.num_nodes})")
+        N = self.world_size
+        out = np.full((s.size, self.max_hops), -1, dtype=np.int64)
+        both = (s < N) & (d < N)
+        other = ~both
+        if other.any():
+            out[other, 0] = self.link_between(s[other], d[other])
+        sd, dd = s // self.G, d // self.G
+        intra = both & (sd == dd) & (s != d)
+        out[intra, 0] = s[intra]
+        out[intra, 1] = N + d[intra]
+        inter = both & (sd != dd)
+        if inter.any():
+            if self.tree is None:
+                raise ValueError(f"{self.name} has no fabric between domains")
+            self._fabric_paths(s[inter], d[inter], np.flatnonzero(inter), out)
+        return out
+
+    def hop_list(self, src: object, dst: object) -> tuple[np.ndarray, np.ndarray]:
+        """`path_links` flattened: (flow of each hop, link of each hop), flow by flow, each path in order; the
+        same hops as the non-negative entries of path_links(src, dst) read row by row, without the
+        (flows, max_hops) table (the analytic simulator's call, over hundreds of thousands of flows)."""
+        s, d = np.broadcast_arrays(as_index_array(src, "src"), as_index_array(dst, "dst"))
+        s, d = s.ravel(), d.ravel()
+        if s.size and (min(s.min(), d.min()) < 0 or max(s.max(), d.max()) >= self.num_nodes):
+            raise ValueError(f"nodes must be in [0, {self.num_nodes})")
+        N, F = self.world_size, s.size
+        both = (s < N) & (d < N)
+        other = np.flatnonzero(~both)
+        sd, dd = s // self.G, d // self.G
+        intra = np.flatnonzero(both & (sd == dd) & (s != d))
+        inter = np.flatnonzero(both & (sd != dd))
+        count = np.zeros(F, np.int64)
+        count[other] = 1
+        count[intra] = 2
+        cols = None
+        if inter.size:
+            if self.tree is None:
+                raise ValueError(f"{self.name} has no fabric between domains")
+            cols = self._fabric_cols(s[inter], d[inter])
+            count[inter] = (cols >= 0).sum(axis=1)
+        offs = np.cumsum(count) - count
+        hl = np.empty(int(count.sum()), np.int64)
+        if other.size:
+            hl[offs[other]] = self.link_between(s[other], d[other])
+        if intra.size:
+            hl[offs[intra]] = s[intra]
+            hl[offs[intra] + 1] = N + d[intra]
+        if cols is not None:
+            r, c = np.nonzero(cols >= 0)
+            row_first = np.cumsum(count[inter]) - count[inter]
+            hl[offs[inter][r] + (np.arange(r.size) - row_first[r])] = cols[r, c]
+        return np.repeat(np.arange(F, dtype=np.int64), count), hl
+
+    def link_attributes(self, links: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(link_bandwidth, link_latency, link_tier) of `links` in one lookup."""
+        blk = self._block(links)[1]
+        return self._block_bw[blk], self._block_lat[blk], self._block_tier[blk]
+
+    def _fabric_paths(self, s: np.ndarray, d: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
+        out[rows] = self._fabric_cols(s, d)
+
+    def _fabric_cols(self, s: np.ndarray, d: np.ndarray) -> np.ndarray:
+        """Fabric paths of rank flows s -> d in different domains: (flows, max_hops) links, -1 padded."""
+        assert self.tree is not None
+        N, L = self.world_size, self.levels
+        cols = np.full((s.size, self.max_hops), -1, dtype=np.int64)
+        first = np.zeros(s.size, dtype=np.int64)
+        if self.per_rail:
+            rs, rd = s % self.G % self.R, d % self.G % self.R
+            pxn = rs != rd
+            proxy = np.where(pxn, s - rs + rd, s)
+            cols[pxn, 0] = s[pxn]
+            cols[pxn, 1] = N + proxy[pxn]
+            s = proxy
+            first = 2 * pxn
+        ts, hs = self._fabric_host(s)
+        td, hd = self._fabric_host(d)
+        assert np.array_equal(ts, td), "a flow between fabric trees needs a PXN hop"
+        a, up, down = self.tree.route(hs, hd)
+        # in order: up cables of levels 1..a, then down cables of levels a..1 (no gaps)
+        for lv in range(1, L + 1):
+            on = np.flatnonzero(up[:, lv - 1] >= 0)
+            cols[on, first[on] + lv - 1] = self._cable_link(lv, ts[on], up[on, lv - 1], False)
+            cols[on, first[on] + 2 * a[on] - lv] = self._cable_link(lv, td[on], down[on, lv - 1], True)
+        return cols
+
+
+__all__ = ["ClusterLinks"]

@@ -50,7 +50,7 @@ class Case:
         sets = "".join(f" --set {k}={_cli(v)}" for k, v in over.items())
         coll = f" --collective {self.collective}" if self.collective != "allreduce" else ""
         return (f"collectives simulate --preset {self.preset}{size_arg}{sets}{coll} --algorithms {self.algorithm} "
-                f"--sizes {human(self.size).replace(' ', '')}")
+                f"-b {human(self.size).replace(' ', '')} -e {human(self.size).replace(' ', '')}")
 
 
 def _cli(value) -> str:

@@ -76,8 +76,8 @@ class Predictor:
     """Simulated times on a saved topology (resized to the job's world size when it is a one-domain cluster)."""
 
     def __init__(self, path: str, world_size: int, dtype: np.dtype, op: str, root: int) -> None:
+        from ..choice import resize as _resize
         from ..topology import load
-        from ..tune import _resize
 
         self.path = path
         self.world_size = world_size

@@ -2,68 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import sys
 
-from ..registry import parse_param_value
-from ..units import human
-from ..units import parse_size as _parse_size
+from . import arguments
 
-# nccl-tests' names for -d, accepted here too
-DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "bf16": "bfloat16"}
 TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "half", "bfloat16": "bfloat16", "int32": "int32",
               "int64": "int64", "uint8": "uint8", "int8": "int8", "uint32": "uint32", "uint64": "uint64"}
-
-
-def parse_size(text: str) -> int:
-    """'8', '8B', '64K', '1MiB', '8GiB' -> bytes (binary multiples, as nccl-tests' -b/-e)."""
-    try:
-        return _parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{exc} (use e.g. 8B, 64K, 1MiB, 8GiB)") from None
-
-
-def parse_sizes(text: str) -> list[int]:
-    """'8B:8GiB' (x2 steps), '8B:8GiB:x4' (factor), '8B:8GiB:30' (30 log-spaced sizes) or '1K,1M,1G'."""
-    if ":" not in text:
-        return [parse_size(t) for t in text.split(",") if t.strip()]
-    parts = text.split(":")
-    if len(parts) not in (2, 3):
-        raise argparse.ArgumentTypeError(f"sizes are MIN:MAX[:xFACTOR|:N], got {text!r}")
-    lo, hi = parse_size(parts[0]), parse_size(parts[1])
-    if lo < 1 or hi < lo:
-        raise argparse.ArgumentTypeError(f"need 1 <= MIN <= MAX, got {text!r}")
-    step = parts[2].strip() if len(parts) == 3 else "x2"
-    if step.startswith("x"):
-        factor = float(step[1:])
-        if factor <= 1:
-            raise argparse.ArgumentTypeError(f"the factor must be > 1, got {step!r}")
-        out, s = [], float(lo)
-        while s <= hi * (1 + 1e-9):
-            out.append(int(round(s)))
-            s *= factor
-        return out
-    n = int(step)
-    if n < 2:
-        return [lo]
-    return sorted({int(round(lo * (hi / lo) ** (i / (n - 1)))) for i in range(n)})
-
-
-format_size = human
-
-
-
-
-def parse_params(items: list[str]) -> dict:
-    out = {}
-    for kv in items:
-        if "=" not in kv:
-            raise SystemExit(f"--param needs KEY=VALUE, got {kv!r}")
-        k, v = kv.split("=", 1)
-        out[k.strip()] = parse_param_value(v.strip())
-    return out
 
 
 class Progress:
@@ -83,86 +29,32 @@ class Progress:
             sys.stderr.flush()
 
 
-def add_topology_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--preset", default=None, help="a topology preset (see `collectives topo --list`)")
-    g.add_argument("--topology", default=None, metavar="FILE", help="a topology saved as JSON")
-    p.add_argument("--racks", type=int, default=None, help="size override for rack presets (gb300-nvl72, ...)")
-    p.add_argument("--nodes", type=int, default=None, help="size override for node presets (dgx-h100)")
-    p.add_argument("--ranks", type=int, default=None, help="size override for the loopback preset")
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                   help="override a cluster parameter, e.g. --set nic_bandwidth=50e9 (repeatable)")
-
-
-def load_topology(args):
-    from .. import topology as topo
-
-    if args.topology:
-        return topo.load(args.topology)
-    name = args.preset or "gb300-nvl72"
-    # a cluster field set to none/null is unset (e.g. --set sharp=none: a fabric without SHARP)
-    over = {k: None if isinstance(v, str) and v.lower() in ("none", "null") else v
-            for k, v in parse_params(args.set).items()}
-    for alias in ("racks", "nodes", "ranks"):
-        if getattr(args, alias) is not None:
-            over[alias] = getattr(args, alias)
-    return topo.preset(name, **over)
-
-
 def add_parser(sub) -> None:
     p = sub.add_parser("simulate", help="predict collective times on a modelled cluster (nccl-tests-style tables)",
                        description="Simulate algorithms over a range of sizes and print one nccl-tests-style table "
                                    "per algorithm; '*' marks the fastest algorithm at each size.")
-    add_topology_args(p)
-    p.add_argument("--collective", default=None, help="default: allreduce, or the --msccl file's collective")
-    p.add_argument("--algorithms", default=None,
-                   help="comma-separated names, or 'auto' (default: every algorithm for the collective)")
+    arguments.add_topology(p)
+    arguments.add_collective(p, default=None, extra=": allreduce, or the --msccl file's collective")
+    arguments.add_algorithms(p, None, "'auto' (the tuner's choice per size) or registered algorithms (default: every "
+                                      "algorithm of the collective)")
     p.add_argument("--msccl", action="append", default=[], metavar="FILE",
                    help="also time an MSCCL-IR file (repeatable), in the same table; sizes the MSCCL executor would "
                         "not run it at (count x multiplier not a multiple of nchunksperloop) are marked")
-    p.add_argument("--sizes", type=parse_sizes, default=parse_sizes("8B:8GiB"),
-                   help="MIN:MAX (x2 steps), MIN:MAX:xF, MIN:MAX:N (log-spaced) or a list; default 8B:8GiB")
-    p.add_argument("--dtype", default="float32")
-    p.add_argument("--op", default="sum")
-    p.add_argument("--mode", choices=("auto", "event", "analytic"), default="analytic")
+    arguments.add_sizes(p, "8", "8G")
+    arguments.add_dtype(p)
+    arguments.add_op(p)
+    p.add_argument("--mode", choices=("auto", "event", "analytic"), default="analytic",
+                   help="analytic (rounds costed vectorized; default), event (every message as a discrete event), "
+                        "or auto (event where it is cheap)")
     p.add_argument("--protocol", default=None, choices=("LL", "LL128", "Simple"),
                    help="NCCL protocol on clusters that run NCCL's runtime (default: the fastest per size, as NCCL)")
     p.add_argument("--trace", default=None, metavar="FILE.json",
                    help="write the event simulation of the first algorithm at the largest size as a Chrome trace "
                         "(open in Perfetto: one process per rank, one track per channel or link)")
-    p.add_argument("--param", action="append", default=[], metavar="[ALGO.]KEY=VALUE",
-                   help="builder parameter, e.g. --param intra=nvls or --param hierarchical.inter=ring")
     p.add_argument("--csv", default=None, metavar="FILE", help="also write every row as CSV")
     p.add_argument("--json", default=None, metavar="FILE", help="also write every result as JSON")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="draw busbw against size (needs matplotlib)")
     p.add_argument("--progress", action="store_true", help="show a progress bar even when stderr is not a tty")
-
-
-def algo_params(items: list[str], names: list[str]) -> dict[str, dict]:
-    """--param KEY=VALUE applies to every algorithm whose builder takes KEY; ALGO.KEY=VALUE to one."""
-    import inspect
-
-    from .. import algorithms
-
-    out: dict[str, dict] = {n: {} for n in names}
-    for key, value in parse_params(items).items():
-        target, _, k = key.rpartition(".")
-        if target and target not in names:
-            raise ValueError(f"--param {key}: {target!r} is not among the simulated algorithms ({', '.join(names)})")
-        used = False
-        for n in names:
-            if target and n != target:
-                continue
-            if n == "auto":
-                continue
-            sig = inspect.signature(algorithms.info(n).builder).parameters
-            if target or k in sig:
-                out[n][k] = value
-                used = True
-        if not used:
-            raise ValueError(f"--param {key}: no simulated algorithm has a parameter {k!r} "
-                             f"(see collectives.algorithms.parameters(name))")
-    return out
 
 
 def msccl_results(paths: list[str], topology, sizes: list[int], args, bar) -> dict[str, list]:
@@ -202,25 +94,28 @@ def run(args) -> int:
 
     if args.collective is None:
         args.collective = parse(args.msccl[0]).coll if args.msccl else "allreduce"
-    args.dtype = DTYPE_ALIASES.get(args.dtype, args.dtype)
+    args.dtype = arguments.dtype_name(args.datatype)
+    args.sizes, _ = arguments.sizes(args)
     check_call(args.sizes[0] if args.sizes else 0, args.dtype, args.op, args.collective)
-    topology = load_topology(args)
-    names = args.algorithms.split(",") if args.algorithms else algorithms.names(args.collective)
-    names = [n.strip() for n in names if n.strip()]
-    params = algo_params(args.param, names)
+    topology = arguments.topology(args)
+    specs = arguments.algorithm_specs(args.algorithms, args.param, args.collective,
+                                      algorithms.names(args.collective), special=("auto",))
+    labels = [s.label for s in specs]
+    if len(set(labels)) < len(labels):
+        raise ValueError(f"--algorithms lists one entry twice: {', '.join(labels)}")
     sizes = args.sizes
-    bar = Progress((len(names) + len(args.msccl)) * len(sizes), "simulating", args.progress or sys.stderr.isatty())
+    bar = Progress((len(specs) + len(args.msccl)) * len(sizes), "simulating", args.progress or sys.stderr.isatty())
     results: dict[str, list] = {}
     failed: dict[str, str] = {}
-    for name in names:
+    for spec in specs:
         try:
-            kw = dict(params[name])
+            kw = dict(spec.params)
             if args.protocol is not None:
                 kw["protocol"] = args.protocol
-            results[name] = sweep(name, topology, sizes, collective=args.collective, dtype=args.dtype,
-                                  mode=args.mode, op=args.op, progress=lambda i, n: bar.step(), **kw)
+            results[spec.label] = sweep(spec.name, topology, sizes, collective=args.collective, dtype=args.dtype,
+                                        mode=args.mode, op=args.op, progress=lambda i, n: bar.step(), **kw)
         except (ValueError, TypeError, NotImplementedError, AttributeError) as exc:
-            failed[name] = str(exc).splitlines()[0]
+            failed[spec.label] = str(exc).splitlines()[0]
             bar.step(len(sizes))
     results.update(msccl_results(args.msccl, topology, sizes, args, bar))
     if not results:
@@ -274,7 +169,7 @@ def run(args) -> int:
                        "dtype": args.dtype, "itemsize": itemsize(args.dtype), "results": [
                            r.to_dict() for res in results.values() for r in res if ran(r)]}, fh, indent=1)
     if args.trace:
-        write_trace(args, topology, names, results)
+        write_trace(args, topology, labels, results)
     if args.plot:
         return plot(results, args.plot, f"{args.collective} on {topology.name} ({topology.world_size:,} ranks)")
     return 0
@@ -320,4 +215,4 @@ def plot(results: dict, path: str, title: str) -> int:
     return 0
 
 
-__all__ = ["add_parser", "format_size", "parse_size", "parse_sizes", "run"]
+__all__ = ["Progress", "add_parser", "run"]

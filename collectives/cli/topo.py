@@ -1,4 +1,5 @@
-"""`collectives topo NAME [--racks N | --nodes N | --ranks N] [--set FIELD=VALUE ...]`: print a preset."""
+"""`collectives topo --preset NAME [--racks N | --nodes N | --ranks N] [--set FIELD=VALUE ...]`: print a preset
+(or a saved topology: --topology FILE). `collectives topo NAME` works too."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import argparse
 import json
 import sys
 from typing import Any
+
+from . import arguments
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -16,54 +19,34 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name", nargs="?", help="preset name (omit, or --list, to list presets) or a topology JSON file")
-    size = p.add_mutually_exclusive_group()
-    size.add_argument("--racks", type=int, help="racks (NVL72 presets)")
-    size.add_argument("--nodes", type=int, help="nodes (dgx-h100)")
-    size.add_argument("--ranks", type=int, help="ranks (loopback)")
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                   help="override a cluster parameter (JSON value, e.g. --set nic_planes=2 --set sharp=null)")
+    p.add_argument("name", nargs="?",
+                   help="a preset or a topology JSON file, as --preset NAME or --topology FILE (omit to list presets)")
+    arguments.add_topology(p, default=None)
     p.add_argument("--list", action="store_true", help="list presets")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--save", metavar="FILE", help="also write the topology as JSON to FILE")
 
 
-def _value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
 def run(args: argparse.Namespace) -> int:
     from collectives import topology
 
-    if args.list or not args.name:
+    if args.name:
+        if args.preset or args.topology:
+            print("collectives topo: error: give the topology once: NAME, --preset NAME or --topology FILE",
+                  file=sys.stderr)
+            return 2
+        if args.name.endswith(".json"):
+            args.topology = args.name
+        else:
+            args.preset = args.name
+    if args.list or not (args.preset or args.topology):
         for name, summary in topology.presets().items():
             print(f"{name:<14} {summary}")
         return 0
-    overrides: dict[str, Any] = {}
-    for item in args.set:
-        field, sep, value = item.partition("=")
-        if not sep:
-            print(f"collectives topo: --set wants FIELD=VALUE, got {item!r}", file=sys.stderr)
-            return 2
-        overrides[field.strip()] = _value(value)
-    for alias in ("racks", "nodes", "ranks"):
-        if getattr(args, alias) is not None:
-            overrides[alias] = getattr(args, alias)
     try:
-        if args.name.endswith(".json"):
-            topo = topology.load(args.name)
-            if overrides:
-                data = topo.to_dict()
-                size_alias = {"racks": "domains", "nodes": "domains", "ranks": "gpus_per_domain"}
-                data.update({size_alias.get(k, k): v for k, v in overrides.items()})
-                topo = topology.from_dict(data)
-        else:
-            topo = topology.preset(args.name, **overrides)
+        topo = arguments.topology(args, default=None)
     except (ValueError, TypeError, OSError) as exc:
-        print(f"collectives topo: {exc}", file=sys.stderr)
+        print(f"collectives topo: error: {exc}", file=sys.stderr)
         return 2
     if args.json:
         summary = topo.summary() if hasattr(topo, "summary") else topo.to_dict()

@@ -28,13 +28,15 @@ def _subparsers() -> dict[str, argparse.ArgumentParser]:
 
 # subcommands that take each common option, and the flags it must have there
 SHARED = {
-    "sizes": (("bench",), ("-b", "--minbytes", "-e", "--maxbytes", "-f", "--stepfactor", "-i", "--stepbytes")),
-    "dtype": (("bench",), ("-d", "--datatype", "--dtype")),
-    "op": (("bench",), ("-o", "--op")),
-    "algorithms": (("bench",), ("--algorithms", "--param")),
+    "sizes": (("bench", "simulate", "tune"),
+              ("-b", "--minbytes", "-e", "--maxbytes", "-f", "--stepfactor", "-i", "--stepbytes")),
+    "dtype": (("bench", "simulate", "tune"), ("-d", "--datatype", "--dtype")),
+    "op": (("bench", "simulate", "tune"), ("-o", "--op")),
+    "algorithms": (("bench", "simulate", "tune"), ("--algorithms", "--param")),
     "param": (("verify", "export"), ("--param",)),
-    "collective": (("bench", "verify", "export"), ("--collective",)),
-    "topology": (("export",), ("--preset", "--topology", "--racks", "--nodes", "--ranks", "--set")),
+    "collective": (("bench", "verify", "export", "simulate", "tune"), ("--collective",)),
+    "topology": (("export", "simulate", "tune", "topo"),
+                 ("--preset", "--topology", "--racks", "--nodes", "--ranks", "--set")),
 }
 
 
@@ -47,7 +49,7 @@ def test_shared_options_are_spelled_alike(what):
         assert set(flags) <= have, (command, set(flags) - have)
 
 
-@pytest.mark.parametrize("command", ["bench", "calibrate", "verify", "export"])
+@pytest.mark.parametrize("command", sorted(SUBCOMMANDS))
 def test_every_option_has_help(command):
     parser = _subparsers()[command]
     missing = [a.option_strings or a.dest for a in parser._actions
@@ -121,6 +123,23 @@ def test_nvls_hint_is_written_for_the_command_line_too():
     with pytest.raises(ValueError, match="--algorithms hierarchical:intra=nvls"):
         algorithms.build("nvls", collective="allreduce", world_size=144, count=144,
                          topology=preset("gb300-nvl72", racks=2))
+
+
+def test_the_nvls_hint_runs_as_written(capsys):
+    """The hint nvls gives on a multi-rack cluster is accepted by the command line as written."""
+    argv = ["simulate", "--preset", "gb300-nvl72", "--racks", "2", "-b", "1M", "-e", "1M"]
+    assert main([*argv, "--algorithms", "nvls"]) == 2
+    assert "--algorithms hierarchical:intra=nvls" in capsys.readouterr().err
+    assert main([*argv, "--algorithms", "hierarchical:intra=nvls,nvls_tree"]) == 0
+    out = capsys.readouterr().out
+    assert "# algorithm: hierarchical:intra=nvls" in out and "# algorithm: nvls_tree" in out
+
+
+def test_topo_takes_preset_like_the_others(capsys):
+    assert main(["topo", "--preset", "dgx-h100", "--nodes", "2"]) == 0
+    by_flag = capsys.readouterr().out
+    assert main(["topo", "dgx-h100", "--nodes", "2"]) == 0
+    assert capsys.readouterr().out == by_flag
 
 
 def test_verify_takes_parameters_after_the_name(capsys):

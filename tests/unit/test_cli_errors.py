@@ -10,11 +10,15 @@ from collectives.topology import preset
 @pytest.mark.parametrize("argv, message", [
     (["simulate", "--preset", "nope"], "unknown preset 'nope'"),
     (["simulate", "--preset", "dgx-h100", "--nodes", "1", "--collective", "allredcue"], "unknown collective"),
-    (["simulate", "--topology", "/nonexistent/topology.json"], "No such file"),
-    (["simulate", "--preset", "dgx-h100", "--nodes", "1", "--dtype", "complex64", "--sizes", "1K"],
-     "unsupported dtype 'complex64'"),
+    (["simulate", "--preset", "dgx-h100", "--nodes", "1", "--dtype", "complex64", "-b", "1K", "-e", "1K"],
+     "unknown datatype 'complex64' for -d/--datatype"),
     (["simulate", "--preset", "dgx-h100", "--nodes", "1", "--algorithms", "ring", "--param", "chunkz=2",
-      "--sizes", "1K"], "no simulated algorithm has a parameter 'chunkz'"),
+      "-b", "1K", "-e", "1K"], "no listed algorithm has a parameter 'chunkz'"),
+    (["simulate", "--preset", "dgx-h100", "--nodes", "1", "--algorithms", "ring:chunkz=2", "-b", "1K", "-e", "1K"],
+     "ring has no parameter 'chunkz'"),
+    (["simulate", "--preset", "dgx-h100", "--nodes", "1", "--param", "ring.chunks=2"],
+     "write --algorithms ring:chunks=2"),
+    (["simulate", "--topology", "/nonexistent/topology.json"], "no topology file /nonexistent/topology.json"),
     (["verify", "ring", "--collective", "allredcue"], "unknown collective 'allredcue'"),
 ])
 def test_usage_errors_are_one_line(argv, message, capsys):
@@ -24,8 +28,8 @@ def test_usage_errors_are_one_line(argv, message, capsys):
 
 
 def test_simulate_accepts_nccl_tests_dtype_names(capsys):
-    assert main(["simulate", "--preset", "dgx-h100", "--nodes", "1", "--algorithms", "ring", "--dtype", "half",
-                 "--sizes", "1K"]) == 0
+    assert main(["simulate", "--preset", "dgx-h100", "--nodes", "1", "--algorithms", "ring", "-d", "half",
+                 "-b", "1K", "-e", "1K"]) == 0
     assert " half " in capsys.readouterr().out
 
 

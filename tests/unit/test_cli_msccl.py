@@ -64,7 +64,7 @@ def test_export_to_stdout_and_errors(capsys):
 
 def test_simulate_puts_the_file_in_the_same_table(capsys):
     code = main(["simulate", "--msccl", str(DATA / "ring-allreduce.xml"), "--preset", "loopback", "--ranks", "3",
-                 "--algorithms", "ring", "--sizes", "1K,3K", "--mode", "event"])
+                 "--algorithms", "ring", "-b", "1K", "-e", "3K", "-i", "2K", "--mode", "event"])
     out = capsys.readouterr().out
     assert code == 0
     assert "# algorithm: ring\n" in out and "# algorithm: msccl:ring-allreduce.xml\n" in out
@@ -73,5 +73,5 @@ def test_simulate_puts_the_file_in_the_same_table(capsys):
            "of nchunksperloop=3" in file_rows
     assert rows(file_rows)[1][:2] == ["3072", "768"]
     assert main(["simulate", "--msccl", str(DATA / "ring-allreduce.xml"), "--preset", "loopback", "--ranks", "4",
-                 "--sizes", "3K"]) == 2
+                 "-b", "3K", "-e", "3K"]) == 2
     assert "is for 3 GPUs but loopback" in capsys.readouterr().err

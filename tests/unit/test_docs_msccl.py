@@ -30,7 +30,7 @@ def test_every_command_runs_as_written(argv, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # export writes its --out file here
     (tmp_path / "tests").symlink_to(ROOT / "tests")
     # the doc's sweeps, shortened (the commands are what is checked here; the tests of each part check results)
-    for flag, short in (("--sizes", "1K,4M"), ("--world-sizes", "1-4")):
+    for flag, short in (("-b", "1K"), ("-e", "4M"), ("--world-sizes", "1:4")):
         if flag in argv:
             argv = argv[:argv.index(flag) + 1] + [short] + argv[argv.index(flag) + 2:]
     if "ring8.xml" in argv and argv[0] == "verify":

@@ -12,7 +12,6 @@ import collectives.choice as choice_mod
 import collectives.tune as tune_mod
 from collectives.choice import AlgoRule, candidates, choose, parse_algo_env
 from collectives.cli import main
-from collectives.cli.simulate import parse_size, parse_sizes
 from collectives.topology import fully_connected, preset
 from collectives.tune import tune
 
@@ -94,24 +93,16 @@ def test_tune_table():
     assert tune_mod(t, "allreduce", [8]).rows[0].winner == table.rows[0].winner
 
 
-def test_parse_sizes():
-    assert parse_size("8GiB") == 8 << 30 and parse_size("64K") == 65536 and parse_size("8") == 8
-    assert parse_sizes("8B:64B") == [8, 16, 32, 64]
-    assert parse_sizes("1K:1M:x32") == [1024, 32768, 1 << 20]
-    assert len(parse_sizes("8B:8GiB:30")) == 30
-    assert parse_sizes("1K,2K") == [1024, 2048]
-
-
 def test_cli_simulate(tmp_path, capsys):
     csv_path, json_path = tmp_path / "out.csv", tmp_path / "out.json"
     rc = main(["simulate", "--preset", "dgx-h100", "--nodes", "1", "--algorithms", "ring,double_binary_tree",
-               "--sizes", "1K:1M:x32", "--csv", str(csv_path), "--json", str(json_path), "--param", "chunks=2"])
+               "-b", "1K", "-e", "1M", "-f", "32", "--csv", str(csv_path), "--json", str(json_path), "--param", "chunks=2"])
     out = capsys.readouterr().out
     assert rc == 0
-    assert "# algorithm: ring" in out and "# algorithm: double_binary_tree" in out
+    assert "# algorithm: ring:chunks=2" in out and "# algorithm: double_binary_tree:chunks=2" in out  # as run
     assert "busbw(GB/s)" in out and "# Avg bus bandwidth" in out and "*" in out
     rows = list(csv.DictReader(open(csv_path)))
-    assert len(rows) == 6 and {r["algorithm"] for r in rows} == {"ring", "double_binary_tree"}
+    assert len(rows) == 6 and {r["algorithm"] for r in rows} == {"ring:chunks=2", "double_binary_tree:chunks=2"}
     assert sum(r["winner"] == "True" for r in rows) == 3
     data = json.load(open(json_path))
     assert len(data["results"]) == 6 and data["results"][0]["params"]["chunks"] == 2
@@ -119,8 +110,8 @@ def test_cli_simulate(tmp_path, capsys):
 
 def test_cli_simulate_plot(tmp_path, capsys, monkeypatch):
     png = tmp_path / "busbw.png"
-    argv = ["simulate", "--preset", "dgx-h100", "--nodes", "1", "--algorithms", "ring", "--sizes", "1K:1M:x32",
-            "--plot", str(png)]
+    argv = ["simulate", "--preset", "dgx-h100", "--nodes", "1", "--algorithms", "ring", "-b", "1K", "-e", "1M",
+            "-f", "32", "--plot", str(png)]
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -144,7 +135,7 @@ def test_cli_simulate_plot(tmp_path, capsys, monkeypatch):
 
 def test_cli_tune(capsys, monkeypatch):
     monkeypatch.setenv("COLLECTIVES_ALGO", "^chain")
-    rc = main(["tune", "--preset", "dgx-h100", "--nodes", "2", "--sizes", "8B:1GiB:x64", "--progress"])
+    rc = main(["tune", "--preset", "dgx-h100", "--nodes", "2", "-b", "8", "-e", "1G", "-f", "64", "--progress"])
     cap = capsys.readouterr()
     assert rc == 0
     assert "tuning table: allreduce on dgx-h100" in cap.out and "chain" not in cap.out.split("runners-up")[-1]

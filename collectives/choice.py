@@ -3,6 +3,9 @@
 - `choose(collective, nbytes, topology, world_size=None, dtype, op)` -> (name, reason): what `algorithm="auto"`
   (collectives.simulate), the tuning tables (collectives.tune) and the MPI transport call (cached);
 - `select(...)` -> (name, builder parameters chosen, reason);
+- `select_measured(...)`: the transport's auto on a real host: what was measured there (collectives.decisions) is
+  data this chooser reads, and where no measurement covers a call the model prices the candidates on the host's
+  model (the loopback preset);
 - `COLLECTIVES_ALGO` pins or excludes algorithms in NCCL_ALGO's syntax: "ring,double_binary_tree" (only these),
   "^chain" (all but these), "allreduce:ring;broadcast:binomial" (per collective; a clause without a prefix applies
   to every collective, a prefixed one overrides it for its collective);
@@ -28,6 +31,7 @@ from . import environment
 from .schedule.collective import check_collective
 
 ENV_ALGO = "COLLECTIVES_ALGO"
+NATIVE = "native"  # a runtime's own collective (MPI's): a candidate of real runs, chosen from measurements only
 ENV_DEBUG = "COLLECTIVES_DEBUG"
 TUNE_MIN_CHUNK_BYTES = 64 << 10  # smallest pipeline chunk the tuner tries (bytes of the full buffer / chunks)
 TUNE_MAX_CHUNKS = 64
@@ -93,7 +97,7 @@ def candidates(collective: str, topology, env: str | None = None) -> tuple[list[
     rule = rules.get(collective, rules.get(None))
     if rule is None:
         return names, ""
-    unknown = [n for n in rule.names if n not in algorithms.names()]
+    unknown = [n for n in rule.names if n not in algorithms.names() and n != NATIVE]
     if unknown:
         raise ValueError(f"{ENV_ALGO} names unknown algorithm(s) {', '.join(unknown)}; "
                          f"known: {', '.join(algorithms.names())}")
@@ -334,6 +338,31 @@ def select(collective: str, nbytes: int, topology, world_size: int | None = None
     return name, dict(chosen), reason
 
 
+def select_measured(collective: str, nbytes: int, topology, measured: tuple[str, dict, str] | None,
+                    candidates: list[str] | tuple[str, ...] | None = None, dtype: str = "float32",
+                    op: str = "sum") -> tuple[str, dict, str]:
+    """auto on a real host: (algorithm, parameters, reason). What was measured there is data: `measured` =
+    (algorithm or "native", parameters, where it was measured fastest), from `collectives.decisions`, wins where
+    it covers the call and COLLECTIVES_ALGO allows it; otherwise the analytic model prices `candidates` on
+    `topology` (the host's model) as `select` does. The caller keeps "native" out of `measured` when its runtime
+    has no such collective for the call."""
+    _configure_logging()
+    if measured is not None:
+        name, params, where = measured
+        rules = parse_algo_env(environment.get(ENV_ALGO))
+        rule = rules.get(collective, rules.get(None))
+        if rule is None or rule.allows(name):
+            shown = "MPI's own collective" if name == NATIVE else describe_choice(name, params)
+            reason = f"{shown}: measured fastest at {where}; this call: {nbytes} B"
+            log.info("%s of %d B (%d ranks, measured): %s", collective, nbytes, topology.world_size, reason)
+            return name, dict(params), reason
+        skipped = f"{ENV_ALGO} excludes {name}, measured fastest at {where}"
+    else:
+        skipped = "no measurement covers this call"
+    name, params, reason = select(collective, nbytes, topology, dtype=dtype, op=op, candidates=candidates)
+    return name, params, f"{skipped}; {reason} on {topology.name} ({topology.world_size} ranks)"
+
+
 def choose(collective: str, nbytes: int, topology, world_size: int | None = None, dtype: str = "float32",
            op: str = "sum", candidates: list[str] | tuple[str, ...] | None = None, **_ignored) -> tuple[str, str]:
     """The algorithm to run for (collective, nbytes) on `topology`, and why (cached, cheap on repeat; reads
@@ -345,4 +374,4 @@ def choose(collective: str, nbytes: int, topology, world_size: int | None = None
 
 __all__ = ["ENV_ALGO", "ENV_DEBUG", "TUNE_MAX_CHUNKS", "TUNE_MAX_COST", "TUNE_MAX_COST_RATIO", "TUNE_MIN_CHUNK_BYTES",
            "AlgoRule", "analysis_cost", "candidates", "channel_variants", "choose", "chunk_candidates",
-           "describe_choice", "parse_algo_env", "predict", "price", "resize", "select"]
+           "describe_choice", "parse_algo_env", "predict", "price", "resize", "select", "select_measured"]

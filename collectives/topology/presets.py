@@ -186,15 +186,16 @@ def _get(name: str) -> Preset:
     return _PRESETS[name]
 
 
-def preset(name: str, **overrides: Any) -> Cluster:
+def preset(name: str, *, defaults_only: bool = False, **overrides: Any) -> Cluster:
     """A named cluster; any `ClusterSpec` field can be overridden, and the size by its alias:
     `racks=` (gb300-nvl72, gb200-nvl72), `nodes=` (dgx-h100, dgx-h200, dgx-b200, dgx-b300), `ranks=` (loopback).
 
     E.g. `preset("gb200-nvl72", racks=3, gpus_per_domain=4)`: three 4-GPU NVLink partitions, one per rack. Giving
     nvlink_links or nvlink_link_bandwidth recomputes nvlink_bandwidth; giving nvlink_bandwidth alone drops the
-    link breakdown."""
+    link breakdown. `defaults_only=True` ignores what a loader would read (the loopback calibration file): the
+    same model on every host, for choices every rank must make alike."""
     p = _get(name)
-    params = preset_parameters(name)
+    params = dict(p.params) if defaults_only else preset_parameters(name)
     valid = (*ClusterSpec.fields(), p.size_alias)
     check_names(overrides, valid, f"preset {name!r}")
     overrides = dict(overrides)

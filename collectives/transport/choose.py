@@ -1,27 +1,26 @@
 """What a call runs: the algorithm named, the fixed-order one for deterministic=True, or auto's pick.
 
-auto reads measured decisions for this host (`collectives.decisions`: which of the library's schedules or MPI's
-own collective ran fastest, by collective, size, rank count and transport), the data the one chooser
-(`collectives.choice`) reads for real hosts; the choice and its reason are fixed per call signature (plans.py)
-and every rank decides the same, from facts all ranks agreed on (host.py).
+auto asks the one chooser (`collectives.choice.select_measured`), handing it what was measured on this host as
+data (`collectives.decisions`: which of the library's schedules or MPI's own collective ran fastest, by
+collective, size, rank count and transport); where nothing measured covers a call the chooser prices the
+schedules on the host's model. The choice and its reason are fixed per call signature (plans.py) and every rank
+decides the same, from facts all ranks agreed on (host.py) and models that do not depend on the host's files.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import decisions, environment, registry
-from ..kernels._dtypes import BFLOAT16
+from .. import choice, decisions, environment, registry
+from ..kernels._dtypes import BFLOAT16, dtype_name
 from ..schedule.collective import REDUCING
+from ..topology import preset
 
 DETERMINISTIC_REASON = ("deterministic=True: 'direct' folds every element once, in rank order 0..p-1, so the "
                         "result is bitwise identical across algorithms, chunk counts and layouts")
-# what auto runs when no measured decision covers a collective (no table for it)
-FALLBACK = {"allreduce": "ring", "reduce_scatter": "ring", "allgather": "ring", "broadcast": "binomial",
-            "reduce": "binomial", "alltoall": "pairwise", "alltoallv": "native"}
-_NOT_NATIVE = {**FALLBACK, "alltoallv": "native"}  # alltoallv: only the runtime's own, at any size
 
 
 @dataclass(frozen=True)
@@ -73,39 +72,45 @@ def deterministic(collective: str, algorithm: str, params: dict, explicit: bool)
     return Choice("direct", dict(params), DETERMINISTIC_REASON + f" ({where})")
 
 
+@functools.lru_cache(maxsize=64)
+def host_model(ranks: int):
+    """The host's model for pricing what no measurement covers: the loopback preset at its defaults (not this
+    host's calibration file, which another host of the job may not share: every rank must choose alike)."""
+    return preset("loopback", ranks=ranks, defaults_only=True)
+
+
 def auto(collective: str, nbytes: int, dtype: np.dtype, p: int, host, shared_memory: bool,
          runtime=None) -> Choice:
-    """auto's pick for each rank's `nbytes` of input (see the module docstring). A runtime whose own collectives
-    are not the MPI ones the decisions measured (`runtime.native_measured` False) never gets them from a decision."""
+    """auto's pick for each rank's `nbytes` of input, by the one chooser (`collectives.choice.select_measured`):
+    the measured decision for this host where one covers the call, else the model's pick among the schedules that
+    run without a topology. A runtime whose own collectives are not the MPI ones the decisions measured
+    (`runtime.native_measured` False), or that refuses the dtype, never gets them from a decision."""
     native_measured = runtime is None or runtime.native_measured
     refusal = native_refusal(collective, dtype, runtime)
     if p == 1:
         return Choice("copy", {}, "world size 1: the output is the input")
+    if collective == "alltoallv":  # no schedule takes per-rank counts: the runtime's own, else the exchange
+        if refusal:
+            return Choice("pairwise", {}, f"pairwise: {refusal}, and no other algorithm takes alltoallv")
+        return Choice("native", {}, "the runtime's own alltoallv: no schedule of the library takes per-rank counts")
     transport = "shm" if shared_memory else "net"
     where = (f"{p} ranks{', more ranks than cores' if host.oversubscribed else ''}, "
              f"{'one host, shared memory' if shared_memory else 'point-to-point messages'}")
     path = environment.get("COLLECTIVES_DECISIONS") or None
     found = decisions.lookup(collective, nbytes, transport=transport, ranks=p, oversubscribed=host.oversubscribed,
                              path=path)
+    measured, note = None, ""
     if found is not None:
-        name, params = found.algorithm, found.params
-        if name == "native" and not native_measured:
-            name, params = _NOT_NATIVE[collective], {}
-            why = f"{name} instead of MPI's own collective, which is not this runtime's (measured fastest at "
-        elif name == "native" and refusal:
-            name, params = FALLBACK[collective], {}
-            why = f"{refusal}, so {name} instead of MPI's own collective (measured fastest at "
-        else:
-            why = "measured fastest at "
-        if name == "native" or (name in registry.names(collective)):
-            shown = "MPI's own collective" if name == "native" else f"{name} {params}" if params else name
-            return Choice(name, dict(params), f"{shown}: {why}{found.span} per rank ({where}; {found.source}); "
-                                              f"this call: {nbytes} B")
-    name = FALLBACK[collective]
-    if name == "native" and refusal:
-        name = "pairwise"
-    shown = "MPI's own collective" if name == "native" else name
-    return Choice(name, {}, f"{shown}: no measured decision covers {collective} ({where}); this call: {nbytes} B")
+        if found.algorithm == "native" and not native_measured:
+            note = "MPI's own collective, measured fastest here, is not this runtime's; "
+        elif found.algorithm == "native" and refusal:
+            note = f"MPI's own collective, measured fastest here, refuses the dtype ({refusal}); "
+        elif found.algorithm == "native" or found.algorithm in registry.names(collective):
+            measured = (found.algorithm, dict(found.params), f"{found.span} per rank ({where}; {found.source})")
+    candidates = tuple(n for n in registry.names(collective) if not registry.info(n).needs_topology)
+    name, params, reason = choice.select_measured(collective, nbytes, host_model(p), measured, candidates,
+                                                  dtype_name(dtype), "sum")
+    return Choice(name, params, note + reason)
 
 
 __all__ = ["Choice", "DETERMINISTIC_REASON", "auto", "deterministic", "native_supports", "requested"]

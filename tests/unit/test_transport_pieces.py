@@ -85,6 +85,28 @@ def test_auto_reads_the_decisions_and_says_why(monkeypatch, tmp_path):
     assert choose.auto("allreduce", 8, np.dtype(np.float32), 1, HOST2, True).algorithm == "copy"
 
 
+def test_auto_is_the_one_chooser_reading_measurements_as_data(monkeypatch, tmp_path):
+    """Where no measurement covers a call (here: no allgather table) the one chooser prices the schedules that
+    need no topology on the host's model, and COLLECTIVES_ALGO filters the transport's auto as it filters
+    simulate's."""
+    from collectives import choice
+
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps(_doc({"collective": "allreduce", "transport": "shm", "ranks": 2,
+                                     "oversubscribed": False, "rows": [[None, "ring", {}]]})))
+    monkeypatch.setenv("COLLECTIVES_DECISIONS", str(path))
+    three = choose.auto("allgather", 1 << 20, np.dtype(np.float32), 3, HOST2, True)
+    model = choice.select("allgather", 1 << 20, choose.host_model(3),
+                          candidates=[n for n in algorithms.names("allgather")
+                                      if not algorithms.info(n).needs_topology])
+    assert (three.algorithm, three.params) == model[:2]
+    assert "no measurement covers this call" in three.reason and "analytic model" in three.reason
+    monkeypatch.setenv("COLLECTIVES_ALGO", "allreduce:^ring")
+    choice._choose.cache_clear()
+    not_ring = choose.auto("allreduce", 1 << 20, np.dtype(np.float32), 2, HOST2, True)
+    assert not_ring.algorithm != "ring" and "COLLECTIVES_ALGO excludes ring" in not_ring.reason
+
+
 def test_named_algorithms_are_checked():
     with pytest.raises(ValueError, match="valid algorithms"):
         choose.requested("allreduce", "nope", np.dtype(np.float32), {})

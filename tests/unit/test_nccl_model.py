@@ -111,7 +111,7 @@ def test_select_gives_algorithm_parameters_and_reason_cheaply():
 def test_trace_is_a_chrome_trace(tmp_path, capsys):
     path = tmp_path / "t.json"
     assert main(["simulate", "--preset", "dgx-h100", "--nodes", "2", "--set", "channels=2", "--algorithms", "ring",
-                 "--sizes", "1M", "--trace", str(path)]) == 0
+                 "-b", "1M", "-e", "1M", "--trace", str(path)]) == 0
     assert "trace:" in capsys.readouterr().out
     events = json.loads(path.read_text())["traceEvents"]
     slices = [e for e in events if e["ph"] == "X"]

@@ -9,6 +9,9 @@ import logging
 
 import numpy as np
 
+from collectives.schedule import check_chunks
+from collectives.topology.capabilities import dtype_name
+
 log = logging.getLogger("collectives")
 
 SAT_MAX_BYTES = (1 << 30) - 32  # one SAT operation moves at most 1 GiB - 32 B (hardware.md)
@@ -162,6 +165,33 @@ def sharp_plan(topology, trees_for, *, nbytes: int, op: str, dtype, domains: int
         raise ValueError(f"chunks must be >= 1, got {chunks}")
     plan["trees"] = trees
     return plan, None
+
+
+def collnet_setup(name: str, collective: str, world_size: int, count: int, topology, trees_for, *, dtype, op: str,
+                  chunks: int | None, protocol: str, trees_in_use: int, sat_lock: str, fallback: str):
+    """What both CollNet builders do before their stages: SHARP's plan for one slice per GPU of a domain over the
+    rail trees `trees_for()`, or the host `fallback` schedule when SHARP refuses. Returns (fallback schedule,
+    None) or (None, (pieces, trees, plan, fabric switches, notes)); `plan` keeps the SHARP parameters to report."""
+    check_topology(name, topology, world_size)
+    if collective != "allreduce":
+        raise ValueError(f"{name} implements allreduce only, not {collective}")
+    D, G = topology.num_domains, topology.gpus_per_domain
+    notes: list[str] = []
+    plan, reason = sharp_plan(topology, trees_for, nbytes=-(-count // max(G, 1)) * itemsize(dtype), op=op,
+                              dtype=dtype, domains=D, trees_in_use=trees_in_use, sat_lock=sat_lock, chunks=None,
+                              notes=notes)
+    if reason is not None:
+        return fallback_schedule(name, "SHARP", reason, fallback, notes, collective=collective,
+                                 world_size=world_size, count=count, root=None, chunks=chunks,
+                                 dtype=dtype_name(dtype), op=op, topology=topology), None
+    c = runtime_pieces(topology, name, count * itemsize(dtype), protocol) if chunks is None else \
+        check_chunks(name, chunks)
+    if chunks is None and plan["protocol"] == "llt":
+        c = max(c, int(plan["chunks"]))  # at most the OST quota in flight per piece
+    trees = plan.pop("trees")
+    plan.pop("chunks")
+    fabric = np.concatenate([lv.switches for t in trees for lv in t.levels])
+    return None, (c, trees, plan, fabric, notes)
 
 
 def _sat_limit(topology, trees) -> str | None:

@@ -21,11 +21,11 @@ from __future__ import annotations
 import numpy as np
 
 from collectives.registry import register
-from collectives.schedule import Schedule, check_chunks
+from collectives.schedule import Schedule
 from collectives.topology.capabilities import dtype_name
 
 from ._hierarchy import Shards, members, rail_trees
-from ._innetwork import check_topology, fallback_schedule, finish, itemsize, runtime_pieces, sharp_plan
+from ._innetwork import collnet_setup, finish
 from ._pipeline import memo, pipelined_phase
 from .double_binary_tree import Tree, tree_down_lanes, tree_up_lanes
 from .sharp import build_forest, climb_lanes, descent_lanes
@@ -43,26 +43,15 @@ def chain(G: int) -> Tree:
 def build_collnet_chain(collective: str, world_size: int, count: int, *, root=None, topology=None,
                         dtype="float32", op: str = "sum", chunks: int | None = None, protocol: str = "Simple",
                         trees_in_use: int = 0, sat_lock: str = "granted", fallback: str = "ring") -> Schedule:
-    check_topology("collnet_chain", topology, world_size)
-    if collective != "allreduce":
-        raise ValueError(f"collnet_chain implements allreduce only, not {collective}")
+    fell_back, setup = collnet_setup("collnet_chain", collective, world_size, count, topology,
+                                     lambda: rail_trees(topology), dtype=dtype, op=op, chunks=chunks,
+                                     protocol=protocol, trees_in_use=trees_in_use, sat_lock=sat_lock,
+                                     fallback=fallback)
+    if fell_back is not None:
+        return fell_back
+    c, trees, plan, fabric, notes = setup
     D, G = topology.num_domains, topology.gpus_per_domain
-    notes: list[str] = []
-    plan, reason = sharp_plan(topology, lambda: rail_trees(topology), nbytes=-(-count // max(G, 1)) * itemsize(dtype),
-                              op=op, dtype=dtype, domains=D, trees_in_use=trees_in_use, sat_lock=sat_lock,
-                              chunks=None, notes=notes)
-    if reason is not None:
-        return fallback_schedule("collnet_chain", "SHARP", reason, fallback, notes, collective=collective,
-                                 world_size=world_size, count=count, root=None, chunks=chunks,
-                                 dtype=dtype_name(dtype), op=op, topology=topology)
-    c = runtime_pieces(topology, "collnet_chain", count * itemsize(dtype), protocol) if chunks is None else \
-        check_chunks("collnet_chain", chunks)
-    if chunks is None and plan["protocol"] == "llt":
-        c = max(c, int(plan["chunks"]))  # at most the OST quota in flight per piece
-    trees = plan.pop("trees")
-    plan.pop("chunks")
     slices = Shards(c, G)
-    fabric = np.concatenate([lv.switches for t in trees for lv in t.levels])
 
     def stages():  # independent of the size: kept across a sweep's sizes
         nodes = members(topology, False, fabric)

@@ -9,6 +9,7 @@ lanes x rounds x nodes entries, which is what an explicit program is; builders t
 
 from __future__ import annotations
 
+import hashlib
 from bisect import bisect_right
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -72,5 +73,10 @@ def explicit_phase(name: str, ops: Sequence[Sequence[ExplicitOp]], chunks) -> Ph
         return [Slot(kind, peer[lane, it, m], chunk[lane, it, m], nchunks[lane, it, m], remote[lane, it, m])
                 for lane, kind in enumerate(kinds)]
 
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(repr((shape, [int(k) for k in kinds])).encode())
+    for table in (peer, chunk, nchunks, remote):
+        digest.update(table.tobytes())
     members = np.arange(num, dtype=np.int64)[None, :]
-    return Phase(name, members, chunks, [Round(slots, repeats=rounds, uniform=False, name=name)])
+    return Phase(name, members, chunks, [Round(slots, repeats=rounds, uniform=False, name=name,
+                                               content=digest.hexdigest())])

@@ -74,6 +74,10 @@ class Round:
     # program(node) skip the iterations of a long pattern where the node idles (a chain member works in
     # O(chunks) of its O(p) rounds), so a program costs time linear in the node's own operations.
     window: Callable[[int], tuple[int, int]] | None = None
+    # Optional: a digest of the pattern when the slots look it up in data (explicit phases). Caches that key a
+    # schedule by its description (algorithm, shapes, round names) add it, so two imported programs of one
+    # name and shape are never taken for one another.
+    content: str = ""
 
 
 @dataclass

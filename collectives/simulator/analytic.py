@@ -79,7 +79,7 @@ _FLOWS: dict[tuple, tuple[object, list]] = {}
 
 def _fingerprint(schedule) -> tuple:
     return tuple((ph.name, ph.groups.shape, ph.chunks.nchunks,
-                  tuple((r.name, r.repeats, r.uniform) for r in ph.rounds)) for ph in schedule.phases)
+                  tuple((r.name, r.repeats, r.uniform, r.content) for r in ph.rounds)) for ph in schedule.phases)
 
 
 def _freeze(value):

@@ -109,6 +109,22 @@ def test_local_steps_cost_nothing_but_their_reduction_in_the_event_simulator():
             assert t == pytest.approx(4 * n / topo.reduce_bandwidth)
 
 
+def test_both_simulators_charge_a_local_reduction_and_tell_explicit_programs_apart():
+    # two explicit programs of one name and shape, one copying locally and one reducing: the analytic model's
+    # structure cache must not hand the first one's costs to the second (their digests differ)
+    n = 1 << 20
+    topo = fully_connected(2)
+    for mode in ("analytic", "event"):
+        times = {}
+        for kind in (R, RR, R):
+            ops = [[ExplicitOp(0, S, m, 0, 1, 1), ExplicitOp(0, kind, m, 1, 1, 0)] for m in (0, 1)]
+            s = Schedule("same", "allreduce", 2, n, [explicit_phase("same", ops, ChunkTable.whole(2 * n, 2))],
+                         regions=Regions(2 * n))
+            times.setdefault(kind, set()).add(simulate(s, topo, mode=mode).time)
+        assert times[R] == {0.0}, mode
+        assert list(times[RR]) == [pytest.approx(4 * n / topo.reduce_bandwidth)], mode
+
+
 def test_regions_place_inputs_and_outputs():
     s = Schedule("x", "allreduce", 2, 3, [], regions=Regions(10, input=0, output=5))
     assert s.work_size == 10 and s.input_range(1) == (0, 3) and s.output_range(0) == (5, 8)

@@ -1,9 +1,10 @@
-"""`collectives verify NAME`: prove an algorithm correct over a range of world sizes; `--msccl FILE`: an MSCCL-IR
-file, in every call mode it declares (in place, out of place)."""
+"""`collectives verify NAME`: prove an algorithm correct over a range of world sizes; `--msccl FILE...`: MSCCL-IR
+files (or directories of them), each in every call mode it declares (in place, out of place)."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -19,13 +20,14 @@ def parse_range(text: str) -> list[int]:
 def add_parser(sub) -> None:
     p = sub.add_parser("verify", help="prove an algorithm's schedule (or an MSCCL-IR file) correct",
                        description="Build NAME's schedule for each world size and verify it symbolically; or read "
-                                   "an MSCCL-IR file (--msccl FILE) and verify it in each call mode it declares.")
+                                   "MSCCL-IR files (--msccl FILE or DIR ...) and verify each in every call mode it declares.")
     p.add_argument("name", nargs="?",
                    help="algorithm, with parameters as in --algorithms elsewhere: ring or ring:chunks=4 "
                         "(`collectives verify --list` lists them)")
-    p.add_argument("--msccl", metavar="FILE", default=None,
-                   help="verify an MSCCL-IR XML file instead (what MSCCLang, TACCL, TE-CCL write; RCCL and the MSCCL "
-                        "executor run); errors name the GPU, threadblock and step")
+    p.add_argument("--msccl", metavar="FILE", nargs="+", default=None,
+                   help="verify MSCCL-IR XML files instead (what MSCCLang, TACCL, TE-CCL write; RCCL and the MSCCL "
+                        "executor run): files or directories (their *.xml); errors name the GPU, threadblock and "
+                        "step")
     p.add_argument("--mode", choices=("both", "inplace", "outofplace"), default="both",
                    help="with --msccl: the call modes to verify (default: every mode the file declares)")
     p.add_argument("--list", action="store_true", help="list algorithms per collective and exit")
@@ -51,23 +53,69 @@ def shape(args, p: int) -> dict:
     return {"count": 3 * p if args.collective in ("reduce_scatter", "alltoall") else 3 * p + 1}
 
 
+def msccl_files(paths: list[str]) -> list[Path]:
+    """The files named, a directory standing for its *.xml files (sorted); ValueError for a path that is
+    neither, or a directory without any."""
+    files: list[Path] = []
+    for text in paths:
+        path = Path(text)
+        if path.is_dir():
+            found = sorted(path.glob("*.xml"))
+            if not found:
+                raise ValueError(f"{text} is a directory without *.xml files")
+            files += found
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise ValueError(f"{text}: no such file or directory")
+    return files
+
+
 def run_msccl(args) -> int:
+    """One block per file; with several files, a closing line counts the files that verified. Exit status: 0
+    all verified, 1 some program is wrong (or, among several files, unreadable), 2 a usage error."""
+    try:
+        files = msccl_files(args.msccl)
+    except ValueError as exc:
+        print(f"collectives verify: error: {exc}", file=sys.stderr)
+        return 2
+    if len(files) == 1:
+        return verify_msccl_file(args, files[0])
+    failed = []
+    for i, path in enumerate(files):
+        if i:
+            print()
+        if verify_msccl_file(args, path, several=True) != 0:
+            failed.append(path.name)
+    print(f"\n# {len(files) - len(failed)} of {len(files)} files verified"
+          + (f"; not verified: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+def verify_msccl_file(args, path: Path, several: bool = False) -> int:
     from ..msccl import MscclFormatError, parse, read
     from ..verifier import verify
 
     try:
-        algo = parse(args.msccl)
+        algo = parse(path)
     except MscclFormatError as exc:
+        if several:  # one unreadable file among many: reported in its place, the others still checked
+            print(f"# msccl {path}: error: {exc}")
+            return 1
         print(f"collectives verify: error: {exc}", file=sys.stderr)
         return 2
     modes = [m for m, ok in (("inplace", algo.inplace), ("outofplace", algo.outofplace)) if ok]
     if args.mode != "both":
         if args.mode not in modes:
-            print(f"collectives verify: error: {args.msccl} declares {' and '.join(modes)} only "
-                  f"(inplace={int(algo.inplace)} outofplace={int(algo.outofplace)})", file=sys.stderr)
+            message = (f"{path} declares {' and '.join(modes)} only "
+                       f"(inplace={int(algo.inplace)} outofplace={int(algo.outofplace)})")
+            if several:
+                print(f"# msccl {path}: error: {message}")
+                return 1
+            print(f"collectives verify: error: {message}", file=sys.stderr)
             return 2
         modes = [args.mode]
-    print(f"# msccl {args.msccl}: {algo.name or '(no name)'}, {algo.coll} over {algo.ngpus} GPUs, proto {algo.proto}, "
+    print(f"# msccl {path}: {algo.name or '(no name)'}, {algo.coll} over {algo.ngpus} GPUs, proto {algo.proto}, "
           f"{algo.nchannels} channel(s), {algo.nchunksperloop} chunks per loop")
     for note in algo.notes:
         print(f"# note: {note}")
@@ -75,7 +123,7 @@ def run_msccl(args) -> int:
     failures = 0
     for mode in modes:
         try:
-            schedule = read(args.msccl, count=args.count, inplace=mode == "inplace")
+            schedule = read(path, count=args.count, inplace=mode == "inplace")
             rep = verify(schedule, itemsize=args.itemsize)
             print(f"  {mode:>10} {schedule.count:>8} {schedule.num_rounds:>7} {rep.messages:>10} {rep.local_steps:>7} "
                   f"{rep.max_bytes_sent_per_rank:>12}  OK", flush=True)

@@ -361,7 +361,7 @@ class _Lowering:
             regions = Regions(total * e, 0, 0) if coll == "alltoall" else Regions(total * e)
         else:
             regions = Regions(total * e, 0, self.in_chunks * e)
-        params = {"source": self.algo.source, "proto": self.algo.proto, "nchannels": self.algo.nchannels,
+        params = {"source": self.algo.source, "protocol": self.algo.proto, "nchannels": self.algo.nchannels,
                   "nchunksperloop": self.algo.nchunksperloop, "layout": "in-place" if self.inplace else "out-of-place"}
         name = f"msccl:{self.algo.name}" if self.algo.name else f"msccl:{self.algo.source}"
 

@@ -113,7 +113,8 @@ def run(algorithm, topology, nbytes: int | None = None, collective: str = "allre
     reduce_scatter the p*k-element input, allgather the p*k-element output (for a Schedule it defaults to the
     schedule's). mode: "event" (explicit per-node programs), "analytic" (round patterns, any scale) or "auto"
     (event up to EVENT_MAX_MESSAGES messages). `protocol` (LL, LL128, Simple) applies on clusters that run NCCL's
-    runtime; None picks the fastest the algorithm runs in. `reason` is recorded in the result (why this
+    runtime; None picks the fastest the algorithm runs in (a Schedule whose params name a "protocol", as an
+    imported MSCCL program's do, runs in that one). `reason` is recorded in the result (why this
     algorithm was run). `trace` (event mode) keeps the timeline of every message and round in `result.trace`
     (collectives.simulator.trace writes it as a Chrome trace). Returns a SimulationResult in SI units.
     """
@@ -138,6 +139,9 @@ def run(algorithm, topology, nbytes: int | None = None, collective: str = "allre
         if algorithm.world_size != topology.world_size:
             raise ValueError(f"the schedule has {algorithm.world_size} ranks but {topology.name} has "
                              f"{topology.world_size}")
+        if protocol is None and runtime is not None:
+            # a schedule written for one wire protocol (an MSCCL program's proto) runs in it
+            protocol = algorithm.params.get("protocol")
     else:
         check_collective(collective)
         if nbytes is None or nbytes < 0:

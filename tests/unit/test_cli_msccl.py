@@ -31,6 +31,28 @@ def test_verify_reports_a_broken_file_and_fails(capsys):
            "no matching receive" in out
 
 
+def test_verify_takes_files_and_directories_and_counts_them(capsys, tmp_path):
+    assert main(["verify", "--msccl", str(DATA)]) == 1  # the directory holds the broken fixtures too
+    out = capsys.readouterr().out
+    broken = sorted(p.name for p in DATA.glob("broken-*.xml"))
+    total = len(list(DATA.glob("*.xml")))
+    assert out.rstrip().endswith(f"# {total - len(broken)} of {total} files verified; not verified: "
+                                 + ", ".join(broken))
+    good = [str(DATA / "ring-allreduce.xml"), str(DATA / "alltoall-8gpu-ll.xml")]
+    (tmp_path / "bad.xml").write_text("<algo/>")
+    assert main(["verify", "--msccl", *good]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("# 2 of 2 files verified")
+    assert main(["verify", "--msccl", *good, str(tmp_path)]) == 1  # an unreadable file among several: reported
+    out = capsys.readouterr().out
+    assert f"# msccl {tmp_path / 'bad.xml'}: error: " in out and "<algo> has no 'coll' attribute" in out
+    assert out.rstrip().endswith("# 2 of 3 files verified; not verified: bad.xml")
+    assert main(["verify", "--msccl", str(tmp_path / "none")]) == 2
+    assert "none: no such file or directory" in capsys.readouterr().err
+    (tmp_path / "bad.xml").unlink()
+    assert main(["verify", "--msccl", str(tmp_path)]) == 2
+    assert "is a directory without *.xml files" in capsys.readouterr().err
+
+
 def test_verify_usage_errors(capsys, tmp_path):
     assert main(["verify", "--msccl", str(DATA / "alltoall-outofplace.xml"), "--mode", "inplace"]) == 2
     assert "declares outofplace only (inplace=0 outofplace=1)" in capsys.readouterr().err

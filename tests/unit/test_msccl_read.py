@@ -1,5 +1,6 @@
-"""Reading MSCCL-IR: hand-written files (one per step type, in place and out of place, with scratch), two published
-RCCL files, broken programs reported by the verifier at their GPU, threadblock and step, and malformed files."""
+"""Reading MSCCL-IR: hand-written files (one per step type, in place and out of place, with scratch; 8-GPU LL
+programs in the shape published files have), broken programs reported by the verifier at their GPU, threadblock and
+step, and malformed files."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collectives import ScheduleError, emulate, msccl, verify
+from collectives import ScheduleError, emulate, msccl, topology, verify
 from collectives.msccl import MscclFormatError
+from collectives.simulate import simulate
 
 DATA = Path(__file__).parent / "data" / "msccl"
 
@@ -48,8 +50,8 @@ def run(path: Path, inplace: bool, count: int | None = None):
     ("ring-allgather-inplace.xml", (True,), "allgather"),
     ("reducescatter-rrc.xml", (True, False), "reduce_scatter"),
     ("chain-broadcast.xml", (True, False), "broadcast"),
-    ("rccl-allgather-8n-0-1kb.xml", (True,), "allgather"),
-    ("rccl-alltoall-8n-0-9kb.xml", (False,), "alltoall"),
+    ("allpairs-allreduce-8gpu-ll.xml", (True,), "allreduce"),
+    ("alltoall-8gpu-ll.xml", (False,), "alltoall"),
 ])
 def test_files_verify_and_emulate_in_every_declared_mode(name, modes, collective):
     algo = msccl.parse(DATA / name)
@@ -84,6 +86,15 @@ def test_rounds_follow_the_dependency_structure():
     # the chain pipelines its two chunks: GPU 2 receives them in rounds 1 and 2
     chain = msccl.read(DATA / "chain-broadcast.xml")
     assert chain.root == 0 and [o.round for o in chain.program(2)] == [1, 2]
+
+
+def test_all_pairs_on_two_channels_folds_in_one_round_and_simulates_in_its_protocol():
+    # exchange into scratch, the seven re per channel fused into one reduction, then the reduced chunks back
+    s = msccl.read(DATA / "allpairs-allreduce-8gpu-ll.xml")
+    assert s.num_rounds == 3 and verify(s).local_steps == 8 * 2 * 7
+    topo = topology.preset("dgx-h100", nodes=1)
+    assert simulate(s, topo).protocol == "LL"  # the file's proto, not the fastest of NCCL's
+    assert simulate(s, topo, protocol="Simple").protocol == "Simple"
 
 
 def test_count_the_executor_would_not_run():

@@ -11,9 +11,10 @@ the transfers itself (every round pays its links' latency and bandwidth), and ad
     step latency (runtime.NcclRuntime.step_latency: NVLink or network by the message's path), messages to and
     from switch nodes nothing (their synchronisation is in call_latency).
 
-The critical path is the dataflow recurrence of analytic.py with zero bytes (a message starts when both ends
-have entered its round; a uniform round repeated R times advances its nodes R times), or the sum of each round's
-slowest message above analytic.DATAFLOW_MAX_NODES nodes, as the analytic model costs rounds there.
+The critical path is the recurrence of recurrence.py with zero bytes and each message's step latency as its
+latency, sender-driven as NCCL's steps are (a step waits for its sender's data, not for the receiver to reach
+it), a uniform round repeated R times applied R times; above analytic.DATAFLOW_MAX_NODES nodes, as the analytic
+model costs rounds there: each round's slowest step, plus R - 1 times its cycle rate for a repeated round.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from .analytic import DATAFLOW_MAX_NODES, Structure
+from .recurrence import cycle_rows, rate_at, repeat, scatter, step
 
 
 def step_depth(st: Structure, lam_nvlink: float, lam_net: float, world_size: int) -> float:
@@ -45,17 +47,23 @@ def _step_depth(st: Structure, lam_nvlink: float, lam_net: float, world_size: in
         p2p = (rc.src < world_size) & (rc.dst < world_size)
         lam = np.where(p2p, np.where(rc.net, lam_net, lam_nvlink), 0.0)
         worst = float(lam.max())
-        if not dataflow:
-            total += worst * rc.repeats
-            continue
-        start = np.maximum(T[rc.src], T[rc.dst])
-        end = T.copy()
-        np.maximum.at(end, rc.dst, start + lam)
-        np.maximum.at(end, rc.src, start)
+        rate = worst
         if rc.repeats > 1:
-            part = np.union1d(rc.src, rc.dst)
-            end[part] += (rc.repeats - 1) * worst
-        T = end
+            n = int(max(rc.src.max(), rc.dst.max())) + 1
+            rate = rate_at(cycle_rows(rc.src, rc.dst, lam, np.zeros(lam.size), 0.0, n), 0.0)
+        if not dataflow:
+            total += worst + (rc.repeats - 1) * rate
+            continue
+        sc = scatter(rc.src, rc.dst, np.zeros(0, np.int64))
+        zero = np.zeros(lam.size)
+
+        def advance(X, sc=sc, lam=lam, zero=zero):
+            return step(X, sc, lam, zero, None, False, True)
+
+        local = advance(T[sc.nodes])
+        if rc.repeats > 1:
+            local = repeat(local, rc.repeats - 1, advance, rate, sc.src.size + sc.nodes.size)
+        T[sc.nodes] = local
     return float(T.max()) if dataflow else total
 
 

@@ -12,9 +12,10 @@ the transfers itself (every round pays its links' latency and bandwidth), and ad
     from switch nodes nothing (their synchronisation is in call_latency).
 
 The critical path is the recurrence of recurrence.py with zero bytes and each message's step latency as its
-latency, sender-driven as NCCL's steps are (a step waits for its sender's data, not for the receiver to reach
-it), a uniform round repeated R times applied R times; above analytic.DATAFLOW_MAX_NODES nodes, as the analytic
-model costs rounds there: each round's slowest step, plus R - 1 times its cycle rate for a repeated round.
+latency, under the transfers' rule (a step waits for its sender's data and for a free slot of the receiver's
+NCCL_STEPS-slot buffer, not for the receiver to reach it), a uniform round repeated R times applied R times;
+above analytic.DATAFLOW_MAX_NODES nodes, as the analytic model costs rounds there: each round's slowest step,
+plus R - 1 times its cycle rate for a repeated round.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from .analytic import DATAFLOW_MAX_NODES, Structure
-from .recurrence import cycle_rows, rate_at, repeat, scatter, step
+from .recurrence import advance_history, cycle_rows, iterate, rate_at
 
 
 def step_depth(st: Structure, lam_nvlink: float, lam_net: float, world_size: int) -> float:
@@ -35,10 +36,13 @@ def step_depth(st: Structure, lam_nvlink: float, lam_net: float, world_size: int
 
 def _step_depth(st: Structure, lam_nvlink: float, lam_net: float, world_size: int) -> float:
     dataflow = st.num_nodes <= DATAFLOW_MAX_NODES
-    T = np.zeros(st.num_nodes) if dataflow else None
+    slots = max((rc.slots for rc in st.rounds), default=1)
+    hist = [np.zeros(st.num_nodes)] * slots if dataflow else None
     total = 0.0
     for rc in st.rounds:
         if rc.src.size == 0:
+            if dataflow:  # rounds without messages still count for the credit window
+                hist = (hist + [hist[-1]] * min(rc.repeats, slots))[-slots:]
             continue
         if rc.step_kinds is not None:  # a set of a huge pipeline's stages (bulk only): which step kinds it holds
             nv, net = rc.step_kinds
@@ -47,24 +51,35 @@ def _step_depth(st: Structure, lam_nvlink: float, lam_net: float, world_size: in
         p2p = (rc.src < world_size) & (rc.dst < world_size)
         lam = np.where(p2p, np.where(rc.net, lam_net, lam_nvlink), 0.0)
         worst = float(lam.max())
-        rate = worst
-        if rc.repeats > 1:
-            n = int(max(rc.src.max(), rc.dst.max())) + 1
-            rate = rate_at(cycle_rows(rc.src, rc.dst, lam, np.zeros(lam.size), 0.0, n), 0.0)
         if not dataflow:
+            rate = worst
+            if rc.repeats > 1 and rc.slots > 1:
+                n = int(max(rc.src.max(), rc.dst.max())) + 1
+                rate = rate_at(cycle_rows(rc.src, rc.dst, lam, np.zeros(lam.size), 0.0, n, rc.slots), 0.0)
             total += worst + (rc.repeats - 1) * rate
             continue
-        sc = scatter(rc.src, rc.dst, np.zeros(0, np.int64))
+        sc = rc.scatter()
         zero = np.zeros(lam.size)
+        back = np.full(lam.size, min(rc.slots, slots), np.int64)  # steps carry no bytes: the whole buffer
 
-        def advance(X, sc=sc, lam=lam, zero=zero):
-            return step(X, sc, lam, zero, None, False, True)
+        def advance(X, sc=sc, lam=lam, zero=zero, back=back):
+            return advance_history(X, sc, back, lam, zero, None, False)
 
-        local = advance(T[sc.nodes])
-        if rc.repeats > 1:
-            local = repeat(local, rc.repeats - 1, advance, rate, sc.src.size + sc.nodes.size)
-        T[sc.nodes] = local
-    return float(T.max()) if dataflow else total
+        H = np.stack([h[sc.nodes] for h in hist])
+        if rc.repeats > 1 and slots > 1:
+            n = int(max(rc.src.max(), rc.dst.max())) + 1
+            rate = rate_at(cycle_rows(rc.src, rc.dst, lam, np.zeros(lam.size), 0.0, n, int(back[0])), 0.0)
+            fresh = iterate(H, rc.repeats, advance, rate, sc.src.size + sc.nodes.size)[-min(rc.repeats, slots):]
+        else:
+            new = advance(H)
+            fresh = [new + (rc.repeats - 1) * worst] if rc.repeats > 1 else [new]
+        out = []
+        for x in fresh:
+            full = hist[-1].copy()
+            full[sc.nodes] = x
+            out.append(full)
+        hist = (hist + out)[-slots:]
+    return float(hist[-1].max()) if dataflow else total
 
 
 def latency_class(schedule) -> str:

@@ -7,9 +7,11 @@ pipelining: a pipelined chunk's step latency hides behind the previous chunk's t
 the transfers itself (every round pays its links' latency and bandwidth), and adds this per-call term:
 
     call_latency(class, protocol)                       (runtime.NcclRuntime.call_latency)
-  + the critical path of the *unpipelined* schedule in which every rank-to-rank message costs only its
-    step latency (runtime.NcclRuntime.step_latency: NVLink or network by the message's path), messages to and
-    from switch nodes nothing (their synchronisation is in call_latency).
+  + the critical path of the *unpipelined* schedule in which every rank-to-rank message costs what its
+    step latency (runtime.NcclRuntime.step_latency: NVLink or network by the message's path) exceeds its
+    path's latency by (NCCL's figure is a step's whole latency, and the transfer already pays the path's),
+    messages to and from switch nodes nothing (their synchronisation is in call_latency). A huge pipeline's
+    stages (bulk model) pay the full step latency of their slowest kind.
 
 The critical path is the recurrence of recurrence.py with zero bytes and each message's step latency as its
 latency, under the transfers' rule (a step waits for its sender's data and for a free slot of the receiver's
@@ -49,7 +51,9 @@ def _step_depth(st: Structure, lam_nvlink: float, lam_net: float, world_size: in
             total += max(lam_net if net else 0.0, lam_nvlink if nv else 0.0) * rc.repeats
             continue
         p2p = (rc.src < world_size) & (rc.dst < world_size)
-        lam = np.where(p2p, np.where(rc.net, lam_net, lam_nvlink), 0.0)
+        # NCCL's step latency is a step's whole latency, wire included: the transfer model already pays the
+        # path's latency, so a step adds only what NCCL's figure exceeds it by
+        lam = np.where(p2p, np.maximum(np.where(rc.net, lam_net, lam_nvlink) - rc.lat, 0.0), 0.0)
         worst = float(lam.max())
         if not dataflow:
             rate = worst

@@ -59,6 +59,11 @@ NCCL_STEPS = 8
 BUFFER_BYTES = {"LL": 8 * 512 * NCCL_STEPS * 16, "LL128": 120 * 640 * NCCL_STEPS * 8, "Simple": 1 << 22}
 NVLS_CHUNK_BYTES = 128 << 10  # src/transport/nvls.cc, NCCL_NVLS_CHUNKSIZE default
 MAX_CHANNELS = 64  # src/include/device.h, MAXCHANNELS
+# src/include/device.h: NCCL_LL_MAX_NTHREADS, NCCL_LL128_MAX_NTHREADS, NCCL_SIMPLE_MAX_NTHREADS (a channel's threads)
+MAX_THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
+# src/include/comm.h: NCCL_{LL,LL128,SIMPLE}_THREAD_THRESHOLD, bytes per thread before a call takes another channel
+# (src/graph/tuning.cc multiplies ring's LL threshold by the rank count)
+THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
 # src/transport/nvls.cc: NVLS_NCHANNELS_SM90 16, NVLS_NCHANNELS_SM100 32 (multi-node), _SM100_NVL 24 (one domain)
 NVLS_CHANNELS = {("hopper", False): 16, ("hopper", True): 16, ("blackwell", False): 24, ("blackwell", True): 32}
 # src/graph/search.cc, sm90SpeedArrayIntra / sm100SpeedArrayIntra: the fastest per-channel NVLink speed (GB/s) the
@@ -186,6 +191,22 @@ class NcclRuntime:
                     chunk //= 2
         return max(int(chunk), 1)
 
+    def call_channels(self, latency_class: str, protocol: str, nbytes: int, world_size: int, channels: int) -> int:
+        """The channels a ring or tree call of `nbytes` runs on, of the `channels` it may use: NCCL drops channels
+        while the call has less than threadThreshold bytes per thread of each (src/enqueue.cc, ring/tree
+        channel tuning: `while (nBytes < nc * nt * threadThreshold) nc--`, down to one), so small calls run on
+        one channel. Other classes keep theirs."""
+        cls = _check_class(latency_class)
+        proto = PROTOCOLS[_protocol_index(protocol)]
+        nc = max(int(channels), 1)
+        if cls not in ("ring", "tree"):
+            return nc
+        per_channel = MAX_THREADS[proto] * THREAD_THRESHOLD[proto] * (world_size if cls == "ring" and proto == "LL"
+                                                                       else 1)
+        while nc > 1 and int(nbytes) < nc * per_channel:
+            nc -= 1
+        return nc
+
     def pieces(self, latency_class: str, protocol: str, nbytes: int, channels: int | None = None) -> int:
         """Pipeline steps a call of `nbytes` takes: the buffer over channels x chunk (at least 1)."""
         ch = self.channels(latency_class) if channels is None else max(int(channels), 1)
@@ -214,6 +235,7 @@ def default_ring_channels(generation: str, nvlink_bandwidth: float, rails: int, 
     return max(1, min(MAX_CHANNELS, 2 * max(1, int(nvlink_bandwidth // speed))))
 
 
-__all__ = ["BASE_LATENCY_US", "GENERATIONS", "LATENCY_CLASSES", "MAX_CHANNELS", "NCCL_STEPS", "NVLS_CHANNELS",
+__all__ = ["BASE_LATENCY_US", "GENERATIONS", "LATENCY_CLASSES", "MAX_CHANNELS", "MAX_THREADS", "NCCL_STEPS",
+           "NVLS_CHANNELS", "THREAD_THRESHOLD",
            "PROTOCOLS", "RUNTIMES", "SIMPLE_ONLY", "STEP_LATENCY_US", "NcclRuntime", "check_protocol",
            "default_ring_channels", "efficiency", "step_bytes"]

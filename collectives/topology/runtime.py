@@ -51,6 +51,8 @@ STEP_LATENCY_US: dict[str, dict[str, tuple[float, float, float]]] = {
     "net": {"tree": (5.0, 8.5, 14), "ring": (2.7, 4.0, 14.0), "collnet_direct": (0, 0, 31),
             "collnet_chain": (0, 0, 30), "nvls": (0, 0, 18), "nvls_tree": (0, 0, 20.9), "pat": (0, 0, 14)},
 }
+# src/graph/tuning.cc, ncclTopoTuneModel, CollNetDirect: "Add 0.4 us arity serialization latency" per peer of the head
+COLLNET_ARITY_US = 0.4
 # src/include/device.h: NCCL_STEPS buffer slots per connection; default buffers from src/init.cc
 # (DEFAULT_LL_BUFFSIZE = NCCL_LL_LINES_PER_THREAD 8 x NCCL_LL_MAX_NTHREADS 512 x NCCL_STEPS x 16-byte lines;
 # DEFAULT_LL128_BUFFSIZE = NCCL_LL128_ELEMS_PER_THREAD 120 x NCCL_LL128_MAX_NTHREADS 640 x NCCL_STEPS x 8;
@@ -121,7 +123,8 @@ class NcclRuntime:
     def call_latency(self, latency_class: str, protocol: str) -> float:
         """Seconds every call pays once: NCCL's base latency, plus the in-network classes' switch
         synchronisation (src/graph/tuning.cc, ncclTopoTuneModel: NVLS latency = intraLat (+ interLat across
-        nodes); NVLSTree adds intraLat once; CollNet adds interLat once)."""
+        nodes); NVLSTree adds intraLat once; CollNet adds interLat once, CollNetDirect its heads' arity
+        serialization)."""
         p = _protocol_index(protocol)
         cls = _check_class(latency_class)
         lat = BASE_LATENCY_US[cls][p]
@@ -131,6 +134,8 @@ class NcclRuntime:
             lat += STEP_LATENCY_US["net"]["nvls"][p]
         if cls in ("collnet_direct", "collnet_chain"):
             lat += STEP_LATENCY_US["net"][cls][p]
+        if cls == "collnet_direct":  # NCCL's "0.4 us arity serialization" of a head over its domain's peers, twice
+            lat += 2 * (self.gpus_per_domain - 1) * COLLNET_ARITY_US
         return lat * US
 
     def step_latency(self, latency_class: str, protocol: str, kind: str) -> float:
@@ -235,7 +240,7 @@ def default_ring_channels(generation: str, nvlink_bandwidth: float, rails: int, 
     return max(1, min(MAX_CHANNELS, 2 * max(1, int(nvlink_bandwidth // speed))))
 
 
-__all__ = ["BASE_LATENCY_US", "GENERATIONS", "LATENCY_CLASSES", "MAX_CHANNELS", "MAX_THREADS", "NCCL_STEPS",
+__all__ = ["BASE_LATENCY_US", "COLLNET_ARITY_US", "GENERATIONS", "LATENCY_CLASSES", "MAX_CHANNELS", "MAX_THREADS", "NCCL_STEPS",
            "NVLS_CHANNELS", "THREAD_THRESHOLD",
            "PROTOCOLS", "RUNTIMES", "SIMPLE_ONLY", "STEP_LATENCY_US", "NcclRuntime", "check_protocol",
            "default_ring_channels", "efficiency", "step_bytes"]

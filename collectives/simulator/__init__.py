@@ -1,7 +1,10 @@
 """The simulation engine: time a given schedule or registered algorithm on a modelled cluster.
 
 - model.py: the cost rules both simulators share (message timing, in-network rates, reductions, protocols);
-- event.py: discrete-event execution of every node's explicit program (FIFO links, data dependencies only);
+- event.py: discrete-event execution of every node's explicit program (links serve earlier rounds first, data
+  dependencies and buffer credit only);
+- recurrence.py: the per-node start and end rule of a round (rendezvous, or sender-driven within NCCL's credit)
+  and its repetition, for the analytic model and the step latency;
 - flows.py: a round's messages for all members at once and the link hops they cross (paths cached per topology);
 - analytic.py: round patterns costed vectorized over all members, cached per schedule structure;
 - latency.py: the unpipelined critical path (protocol step latencies); trace.py: the event run as a Chrome trace;

@@ -12,14 +12,17 @@ bandwidth) (a link's bandwidth is shared by the messages of the round crossing i
 equal messages ends when FIFO service would); the receiver then reduces what it received. Two ways to combine
 flows into a time, both following the rules of model.py:
 
-* dataflow (default up to `DATAFLOW_MAX_NODES` nodes): a ready time per node; a message starts when both its
-  ends are ready, a node's round ends when its sends have left and its receives have landed and been reduced,
-  exactly the recurrence the event simulator executes. A uniform round of R repeats is evaluated once and then
-  advances its nodes by (R - 1) x (its slowest flow's duration): with both ends waiting for each other, the
-  slowest receiver's chain sets the rate of a repeated round.
-* bulk (above): each round costs its slowest flow; rounds add up. An upper bound of the dataflow answer, equal to
-  it for uniform rounds from an even start, and O(1) per size since a round reduces to a few distinct
-  (latency, seconds per byte) rows.
+* dataflow (default up to `DATAFLOW_MAX_NODES` nodes): a ready time per node, and the last few rounds' for
+  the credit window; the recurrence of recurrence.py (a message starts when both its ends are ready, or its
+  sender is within the credit window; a node's round ends when its sends have left and its receives have
+  landed and been reduced), exactly the one the event simulator executes. A uniform round of R repeats is
+  evaluated once; under rendezvous it then advances its nodes by (R - 1) x (its slowest flow's duration), the
+  slowest receiver's chain setting the rate; under a credit window the recurrence is iterated (recurrence.
+  iterate), and a uniform round whose pairs change between iterations (relabelled) is costed iteration by
+  iteration while that stays affordable.
+* bulk (above): each round costs its slowest flow, a repeated round that plus its cycle rate per further
+  iteration (recurrence.cycle_rows; its slowest flow under rendezvous); rounds add up. O(1) per size since a
+  round reduces to a few distinct (latency, seconds per byte) rows.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from ..schedule.ops import OpKind
 from ..topology import TIERS
 from .flows import Hops, flow_hops, frontier, member_blocks, path_cache, round_flows
 from .model import CostRules
+from .recurrence import EXACT_UPDATES, advance_history, cycle_rows, iterate, rate_at, reverse_pairs, scatter
 
 DATAFLOW_MAX_NODES = 65_536
 
@@ -62,6 +66,51 @@ class RoundCost:
     # the kinds of rank-to-rank flows in the round, (over NVLink, over the network), when the round is a set of
     # a huge pipeline's stages (its arrays are the whole pipeline's: _stage_rounds); None: read the arrays
     step_kinds: tuple | None = None
+    slots: int = 1  # the most rounds a message may run ahead of its receiver (rules.credit_slots; recurrence.py)
+    units: np.ndarray = field(default=None)  # per flow: chunks it carries (its credit depends on its bytes)
+    _scatter: object = field(default=None, repr=False)
+    _rates: np.ndarray = field(default=None, repr=False)
+
+    def scatter(self):
+        """The round's messages grouped by receiver and sender (recurrence.scatter), computed once."""
+        if self._scatter is None:
+            self._scatter = scatter(self.src, self.dst, self.red_node)
+        return self._scatter
+
+    def rate_rows(self) -> np.ndarray:
+        """(latency, s per chunk-byte) rows of the round's cycle rate when repeated (recurrence.cycle_rows);
+        shared by the rounds over one set of flows (a huge pipeline's stages)."""
+        if self._rates is None:
+            key = (id(self.src), id(self.lat), id(self.recv_coef), self.slots)
+            hit = _RATES.get(key)
+            if hit is not None and hit[0] is self.src and hit[1] is self.lat and hit[2] is self.recv_coef:
+                self._rates = hit[3]
+            else:
+                own = max(float(self.coef.max()) if self.coef.size else 0.0,
+                          float(self.red_coef.max()) if self.red_coef.size else 0.0)
+                n = int(max(self.src.max(), self.dst.max())) + 1 if self.src.size else 1
+                flow_rows = self.rows if self.row_flow is not None and self.rows.shape[0] and \
+                    self.step_kinds is None else None
+                pkey = (id(self.src), id(self.dst))
+                pairs = _PAIRS.get(pkey)
+                if pairs is None or pairs[0] is not self.src or pairs[1] is not self.dst:
+                    pairs = (self.src, self.dst, reverse_pairs(self.src, self.dst, n))
+                    if len(_PAIRS) >= 64:
+                        _PAIRS.pop(next(iter(_PAIRS)))
+                    _PAIRS[pkey] = pairs
+                self._rates = cycle_rows(self.src, self.dst, self.lat, self.recv_coef, own, n, self.slots,
+                                         flow_rows, pairs[2])
+                if len(_RATES) >= 64:
+                    _RATES.pop(next(iter(_RATES)))
+                _RATES[key] = (self.src, self.lat, self.recv_coef, self._rates)
+        return self._rates
+
+    def repeat_cost(self, c) -> np.ndarray:
+        """Seconds per further iteration of a repeated round in the bulk model, at chunk bytes c (array): the
+        cycle rate under a credit window, else its slowest message (both ends wait for each other)."""
+        rows = self.rate_rows() if self.slots > 1 else self.rows
+        c = np.atleast_1d(np.asarray(c, np.float64))
+        return (rows[:, 0][None, :] + rows[:, 1][None, :] * c[:, None]).max(axis=1)
 
 
 @dataclass
@@ -70,9 +119,12 @@ class Structure:
     rounds: list[RoundCost]
     num_nodes: int
     memo: dict = field(default_factory=dict)  # derived figures (latency.step_depth's), per their arguments
+    credit: object = None  # rules.credit: rounds a message of n bytes may run ahead of its receiver
 
 
 _CACHE: dict[tuple, tuple[object, Structure]] = {}
+_RATES: dict[tuple, tuple] = {}  # RoundCost.rate_rows by the flows' arrays (checked by identity)
+_PAIRS: dict[tuple, tuple] = {}  # recurrence.reverse_pairs by the flows' (src, dst) arrays, for every protocol
 _CACHE_MAX = 64
 _FLOWS: dict[tuple, tuple[object, list]] = {}
 
@@ -108,7 +160,8 @@ def _round_cost(rules: CostRules, pi: int, h: Hops, repeats: int, collapsed: boo
         uniq, idx = frontier(base.lat, rc_flow) if F else (np.zeros((0, 2)), np.zeros(0, np.int64))
         return RoundCost(pi, repeats, collapsed, src, dst, base.lat, coef, base.crit_link, base.crit_factor,
                          base.red_node, base.red_coef, base.tier_chunks, base.load_coef / rules.efficiency, uniq,
-                         idx, rc_flow, base.red_flow, rules.overlap_reduce, h.net)
+                         idx, rc_flow, base.red_flow, rules.overlap_reduce, h.net, slots=rules.credit_slots,
+                         units=h.units)
     memo = h.costs.get(rules.key)
     if memo is not None and memo.repeats == repeats and memo.phase == pi:
         return memo
@@ -147,7 +200,8 @@ def _round_cost(rules: CostRules, pi: int, h: Hops, repeats: int, collapsed: boo
     else:
         uniq, idx = np.zeros((0, 2)), np.zeros(0, np.int64)
     rc = RoundCost(pi, repeats, collapsed, src, dst, lat, coef, crit_link, crit_factor, h.rn, h.rc, h.tier,
-                   h.load_coef, uniq, idx, rc_flow, red_flow, rules.overlap_reduce, h.net)
+                   h.load_coef, uniq, idx, rc_flow, red_flow, rules.overlap_reduce, h.net, slots=rules.credit_slots,
+                   units=h.units)
     if rules.efficiency == 1.0:
         h.costs[rules.key] = rc
     return rc
@@ -243,7 +297,8 @@ def _stage_rounds(rules: CostRules, pi: int, rnd, info: dict, staged) -> list[Ro
                        full.crit_link, full.crit_factor, full.red_node, full.red_coef,
                        tier[lo:hi + 1].sum(axis=0) if hi >= lo else np.zeros(len(TIERS)), full.load_coef, rows,
                        flw, full.recv_coef, full.red_flow, full.overlap, full.net,
-                       tuple(kinds[lo:hi + 1].any(axis=0).tolist()) if hi >= lo else (False, False))
+                       tuple(kinds[lo:hi + 1].any(axis=0).tolist()) if hi >= lo else (False, False),
+                       slots=rules.credit_slots, units=full.units)
         out.append(rc)
     return out
 
@@ -267,7 +322,7 @@ def structure(schedule, rules: CostRules) -> Structure:
     topo = rules.topology
     key = (schedule.algorithm, schedule.collective, schedule.world_size, schedule.root, _freeze(schedule.params),
            _fingerprint(schedule), id(topo), rules.dtype, schedule.num_nodes, rules.efficiency, rules.overlap_reduce,
-           rules.sharp_protocol if _has_fabric_switches(schedule, rules) else None)
+           rules.sharp_protocol if _has_fabric_switches(schedule, rules) else None, rules.slot_bytes)
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is topo:
         return hit[1]
@@ -288,10 +343,19 @@ def structure(schedule, rules: CostRules) -> Structure:
                 if bulk and info is not None:  # a huge pipeline: costed stage by stage (_stage_rounds)
                     flows[1].append((pi, rnd, info, _stage_hops(rules, phase, info)))
                     continue
-                its = [0] if rnd.uniform else range(rnd.repeats)
+                collapse = rnd.uniform
+                if collapse and not bulk and rules.credit_slots > 1 and rnd.repeats > 1:
+                    # a uniform round's iterations cost alike up to relabelling, but under the credit window
+                    # the recurrence follows the actual pairs: cost each iteration when they change (and that
+                    # stays affordable), the repeated pattern once when they do not (ring steps, steady states)
+                    first = _round_hops(rules, phase, rnd, 0, blocks, paths)
+                    second = _round_hops(rules, phase, rnd, 1, blocks, paths)
+                    same = np.array_equal(first.src, second.src) and np.array_equal(first.dst, second.dst)
+                    collapse = same or rnd.repeats * first.src.size > EXACT_UPDATES
+                its = [0] if collapse else range(rnd.repeats)
                 for it in its:
                     hops = _round_hops(rules, phase, rnd, it, blocks, paths)
-                    flows[1].append((pi, rnd.repeats if rnd.uniform else 1, rnd.uniform, hops))
+                    flows[1].append((pi, rnd.repeats if collapse else 1, collapse, hops))
         if len(_FLOWS) >= _CACHE_MAX:
             _FLOWS.pop(next(iter(_FLOWS)))
         _FLOWS[fkey] = flows
@@ -303,7 +367,8 @@ def structure(schedule, rules: CostRules) -> Structure:
         else:
             pi, rnd, info, staged = entry
             rounds += _stage_rounds(rules, pi, rnd, info, staged)
-    st = Structure([ph.name for ph in schedule.phases], rounds, max(schedule.num_nodes, topo.num_nodes))
+    st = Structure([ph.name for ph in schedule.phases], rounds, max(schedule.num_nodes, topo.num_nodes),
+                   credit=rules.credit)
     if len(_CACHE) >= _CACHE_MAX:
         _CACHE.pop(next(iter(_CACHE)))
     _CACHE[key] = (topo, st)
@@ -349,13 +414,17 @@ def evaluate(st: Structure, cb: np.ndarray, dataflow: bool) -> Timing:
     nphase = len(st.phase_names)
     phase_time = [0.0] * nphase
     if dataflow:
-        T = np.zeros(st.num_nodes)
+        # ready times after each of the last `slots` rounds, oldest first (the credit window, recurrence.py)
+        slots = max((rc.slots for rc in st.rounds), default=1)
+        hist = [np.zeros(st.num_nodes)] * slots
         phase_end = [0.0] * nphase
     total = 0.0
     for rc in st.rounds:
         c = cb[rc.phase]
         tier += rc.tier_chunks * c * rc.repeats
         if rc.src.size == 0:
+            if dataflow:  # rounds without messages still count for the credit window
+                hist = (hist + [hist[-1]] * min(rc.repeats, slots))[-slots:]
             continue
         if dataflow:
             dur_flow = rc.lat + rc.recv_coef * c
@@ -370,31 +439,14 @@ def evaluate(st: Structure, cb: np.ndarray, dataflow: bool) -> Timing:
         if lam > 0:
             util = max(util, rc.load_coef * c / lam)
         if not dataflow:
-            phase_time[rc.phase] += lam * rc.repeats
-            total += lam * rc.repeats
+            cost = lam + (rc.repeats - 1) * float(rc.repeat_cost(c)[0]) if rc.repeats > 1 else lam
+            phase_time[rc.phase] += cost
+            total += cost
             continue
-        start = np.maximum(T[rc.src], T[rc.dst])
-        ser = rc.coef * c
-        recv_end = T.copy()
-        np.maximum.at(recv_end, rc.dst, start + rc.lat + ser)
-        if rc.red_node.size and rc.overlap:
-            # streamed (model.CostRules.overlap_reduce): the reduction runs from the round's first arriving
-            # byte at the kernel's rate, and the round ends no earlier than its last byte
-            first = np.full(T.shape, np.inf)
-            np.minimum.at(first, rc.dst, start + rc.lat)
-            recv_end[rc.red_node] = np.maximum(recv_end[rc.red_node], first[rc.red_node] + rc.red_coef * c)
-        elif rc.red_node.size:
-            recv_end[rc.red_node] += rc.red_coef * c
-        send_end = T.copy()
-        np.maximum.at(send_end, rc.src, start + ser)
-        newT = np.maximum(recv_end, send_end)
-        if rc.repeats > 1:
-            part = np.union1d(rc.src, rc.dst)
-            newT[part] += (rc.repeats - 1) * lam
-        T = newT
-        phase_end[rc.phase] = max(phase_end[rc.phase], float(T.max()))
+        hist = _advance_round(rc, c, lam, hist, st.credit)
+        phase_end[rc.phase] = max(phase_end[rc.phase], float(hist[-1].max()))
     if dataflow:
-        total = float(T.max())
+        total = float(hist[-1].max())
         prev = 0.0
         for i in range(nphase):
             end = max(phase_end[i], prev)
@@ -402,6 +454,35 @@ def evaluate(st: Structure, cb: np.ndarray, dataflow: bool) -> Timing:
             prev = end
     bottleneck = max(weights, key=weights.get) if weights else ("latency",)
     return Timing(total, phase_time, tier, bottleneck, min(util, 1.0))
+
+
+def _advance_round(rc: RoundCost, c: float, lam: float, hist: list[np.ndarray], credit) -> list[np.ndarray]:
+    """The ready-time history (oldest first) after the rc.repeats rounds of `rc` at chunk bytes c (its slowest
+    flow: lam); `credit(bytes)`: the rounds each message may run ahead of its receiver (model.CostRules)."""
+    slots = len(hist)
+    sc = rc.scatter()
+    ser = rc.coef * c
+    red = rc.red_coef * c if rc.red_node.size else None
+    back = np.minimum(credit(rc.units * c), slots) if slots > 1 else np.ones(rc.src.size, np.int64)
+    H = np.stack([h[sc.nodes] for h in hist])
+
+    def advance(X, sc=sc, back=back, rc=rc, ser=ser, red=red):
+        return advance_history(X, sc, back, rc.lat, ser, red, rc.overlap)
+
+    if rc.repeats > 1 and slots > 1:
+        H = iterate(H, rc.repeats, advance, rate_at(rc.rate_rows(), c), sc.src.size + sc.nodes.size)
+        fresh = H[-min(rc.repeats, slots):]
+    else:
+        new = advance(H)
+        if rc.repeats > 1:  # rendezvous: the slowest receiver's chain sets the rate of a repeated round
+            new = new + (rc.repeats - 1) * lam
+        fresh = new[None, :]
+    out = []
+    for x in fresh:
+        full = hist[-1].copy()
+        full[sc.nodes] = x
+        out.append(full)
+    return (hist + out)[-slots:]
 
 
 def bulk_times(st: Structure, cb: np.ndarray) -> np.ndarray:
@@ -412,7 +493,9 @@ def bulk_times(st: Structure, cb: np.ndarray) -> np.ndarray:
         if rc.rows.shape[0] == 0:
             continue
         c = cb[:, rc.phase]
-        total += (rc.rows[:, 0][None, :] + rc.rows[:, 1][None, :] * c[:, None]).max(axis=1) * rc.repeats
+        total += (rc.rows[:, 0][None, :] + rc.rows[:, 1][None, :] * c[:, None]).max(axis=1)
+        if rc.repeats > 1:
+            total += (rc.repeats - 1) * rc.repeat_cost(c)
     return total
 
 

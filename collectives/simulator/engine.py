@@ -149,7 +149,8 @@ def run(algorithm, topology, nbytes: int | None = None, collective: str = "allre
     best = None
     runtime = getattr(topology, "runtime", None)
     tried = [protocol] if runtime is None or protocol is not None else ["Simple", "LL128", "LL"]
-    if not isinstance(algorithm, Schedule) and len(tried) > 1 and not takes(algorithm, "protocol"):
+    if not isinstance(algorithm, Schedule) and len(tried) > 1 and not takes(algorithm, "protocol") and \
+            not _small_call_channels(algorithm, runtime, params):
         # the builder's schedule does not depend on the protocol: build it once
         count = count_for(collective, int(nbytes), topology.world_size, isz)
         algorithm = build_schedule(algorithm, topology, collective, count, str(dtype), op, root, **params)
@@ -179,12 +180,35 @@ def _run_one(algorithm, topology, nbytes: int, collective: str, dtype, mode: str
     """One protocol's run; None when the schedule's latency class does not run in `protocol` (an error if
     `strict`: the caller asked for that protocol)."""
     isz = itemsize(dtype)
+    runtime = getattr(topology, "runtime", None)
     if isinstance(algorithm, Schedule):
         schedule = algorithm
     else:
         count = count_for(collective, nbytes, topology.world_size, isz)
-        schedule = build_schedule(algorithm, topology, collective, count, str(dtype), op, root, protocol, **params)
-    runtime = getattr(topology, "runtime", None)
+        schedule = None
+        if protocol is not None and _small_call_channels(algorithm, runtime, params):
+            # NCCL runs a small ring or tree call on fewer channels than it has (runtime.call_channels)
+            key = (algorithm, collective, id(topology), analytic._freeze(params), str(dtype), op, root)
+            known = _DEFAULTS.get(key)
+            if known is None or known[0] is not topology:
+                schedule = build_schedule(algorithm, topology, collective, count, str(dtype), op, root, protocol,
+                                          **params)
+                known = (topology, int(schedule.params.get("channels") or 1), _class_of(schedule))
+                if len(_DEFAULTS) >= 256:
+                    _DEFAULTS.pop(next(iter(_DEFAULTS)))
+                _DEFAULTS[key] = known
+            _, have, cls = known
+            nc = runtime.call_channels(cls, protocol, nbytes, topology.world_size, have)
+            if nc < have:
+                try:
+                    schedule = build_schedule(algorithm, topology, collective, count, str(dtype), op, root,
+                                              protocol, **params, channels=nc)
+                    params = {**params, "channels": nc}
+                except ValueError:  # a layout that needs its channels (a double binary tree in one domain)
+                    pass
+        if schedule is None:
+            schedule = build_schedule(algorithm, topology, collective, count, str(dtype), op, root, protocol,
+                                      **params)
     if runtime is not None and protocol is not None and protocol not in runtime.protocols(_class_of(schedule)):
         if not strict:
             return None
@@ -214,6 +238,16 @@ def _run_one(algorithm, topology, nbytes: int, collective: str, dtype, mode: str
         time=time, phases=phases, tier_bytes={t: float(b) for t, b in zip(TIERS, tiers, strict=True)},
         bottleneck=bottleneck, notes=notes, max_link_utilization=util, params=dict(schedule.params),
         protocol=protocol, channels=schedule.params.get("channels"), trace=timeline)
+
+
+_DEFAULTS: dict[tuple, tuple] = {}  # (topology, default channels, latency class) of a named algorithm's calls
+
+
+def _small_call_channels(algorithm, runtime, params: dict) -> bool:
+    """Whether a call of `algorithm` takes NCCL's channel count for its size (runtime.call_channels): a named
+    algorithm with a `channels` parameter left to its default, on a cluster that runs NCCL."""
+    return runtime is not None and isinstance(algorithm, str) and "channels" not in params and \
+        takes(algorithm, "channels")
 
 
 _DEPTH: dict[tuple, float] = {}

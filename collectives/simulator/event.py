@@ -2,18 +2,22 @@
 
 Messages are the matched send/receive pairs of the programs (the k-th send from a to b in round r meets the
 k-th receive at b from a in round r). Each node walks its rounds in order; entering a round posts its messages,
-and a message starts once both its ends have entered its round (rounds of different nodes are otherwise
-independent: data dependencies only, no global barrier). Messages that start at the same time start in the
-order their senders post them.
+and a message starts once its sender has entered its round and its receiver the round that frees its credit
+(`CostRules.credit`: the message's own round without a runtime, rendezvous; up to NCCL_STEPS rounds earlier
+under NCCL's runtime), so its bytes may land before the receiver reaches their round (rounds of different nodes
+are otherwise independent: data dependencies only, no global barrier). Messages that start at the same time
+start in the order their senders post them.
 
-Links are shared fairly (processor sharing): a message streams cut-through over its whole path at the least,
-over its links, of the link's effective bandwidth (model.py) divided by the messages streaming over that link
-at that moment, and every start or end of a message re-divides the links it uses. Its last byte leaves the
+Links serve rounds in order and share within one (processor sharing): a message streams cut-through over its
+whole path at the least, over its links, of the link's effective bandwidth (model.py) divided by the messages
+of the earliest round streaming over that link at that moment, or not at all while a message of an earlier
+round holds one of its links; every start or end of a message re-divides the links it uses. Its last byte leaves the
 sender when its bytes are streamed and lands after the path's latency. A node's round ends when its sends have
 left and its receives have landed, plus (or overlapped with: model.py) the reduction of what it received, and
 the node then enters its next round: that is how pieces pipeline. The analytic model shares a link among the
-round's messages the same way, which is why the two agree; here the sharing also follows messages of
-different rounds that meet on a link, and no link ever carries more than its bandwidth (checked: busy time
+round's messages the same way, which is why the two agree; here the order also follows messages of different
+rounds that meet on a link (an early sender's message waits for the link), and no link ever carries more
+than its bandwidth (checked: busy time
 <= elapsed time).
 """
 
@@ -78,21 +82,50 @@ START, FINISH, ARRIVE = 2, 0, 1  # event kinds; at equal times finishes free lin
 
 
 @numba.njit(cache=True)
-def _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, recv_end, heap, entered):
-    k = cur[v]
-    entered[k] = ready[v]
-    send_end[k] = ready[v]
-    recv_end[k] = ready[v]
-    for j in range(slot_ptr[k], slot_ptr[k + 1]):
-        f = slot_msg[j]
-        ends[f] += 1
-        if ends[f] == 2:
-            heapq.heappush(heap, (max(ready[msrc[f]], ready[mdst[f]]), START, mpos[f], f, np.int64(0)))
+def _advance(v, ready, cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, recv_end, recv_first,
+             slot_red, pending, done, inside, overlap, credit_ptr, credit_msg, heap, entered):
+    """Node v enters its next slots (rounds): posts their messages (each starts once its sender has entered its
+    round and its receiver the slot that frees its credit: model.CostRules.credit_slots), and finishes at once a
+    slot whose receives have all landed already (they may land before their receiver reaches their round)."""
+    while cur[v] < node_last[v]:
+        k = cur[v]
+        entered[k] = ready[v]
+        inside[k] = True
+        send_end[k] = ready[v]
+        recv_end[k] = max(recv_end[k], ready[v])
+        for j in range(slot_ptr[k], slot_ptr[k + 1]):
+            f = slot_msg[j]
+            if msrc[f] == v:
+                ends[f] += 1
+                if ends[f] == 2:
+                    heapq.heappush(heap, (ready[v], START, mpos[f], f, np.int64(0)))
+        for j in range(credit_ptr[k], credit_ptr[k + 1]):
+            f = credit_msg[j]
+            ends[f] += 1
+            if ends[f] == 2:
+                heapq.heappush(heap, (ready[v], START, mpos[f], f, np.int64(0)))
+        if pending[k] > 0:
+            return
+        _finish(v, k, overlap, send_end, recv_end, recv_first, slot_red, done, ready, cur, entered)
 
 
 @numba.njit(cache=True)
-def _rerate(g, t, links, hbw, nflow, rem, rate, last, ver, heap):
-    """Flow g's fair-share rate from now on: the least over its links of bandwidth / flows on the link."""
+def _finish(v, k, overlap, send_end, recv_end, recv_first, slot_red, done, ready, cur, entered):
+    """Slot k of node v is complete: its end (model.py) becomes v's ready time."""
+    if overlap:  # model.CostRules.overlap_reduce: the reduction starts once the node is in the round
+        end = max(send_end[k], recv_end[k], max(recv_first[k], entered[k]) + slot_red[k] if slot_red[k] > 0
+                  else 0.0)
+    else:
+        end = max(send_end[k], recv_end[k] + slot_red[k])
+    done[k] = end
+    ready[v] = end
+    cur[v] += 1
+
+
+@numba.njit(cache=True)
+def _rerate(g, t, links, hbw, lmin, lcnt, mround, rem, rate, last, ver, heap):
+    """Flow g's rate from now on: the least over its links of bandwidth / flows of the link's earliest round
+    among those on it, 0 while a flow of an earlier round holds one of its links (links serve rounds in order)."""
     rem[g] -= rate[g] * (t - last[g])
     if rem[g] < 0.0:
         rem[g] = 0.0
@@ -102,15 +135,19 @@ def _rerate(g, t, links, hbw, nflow, rem, rate, last, ver, heap):
         link = links[g, h]
         if link < 0:
             break
-        r = min(r, hbw[g, h] / nflow[link])
+        if mround[g] > lmin[link]:
+            r = 0.0
+            break
+        r = min(r, hbw[g, h] / lcnt[link])
     rate[g] = r
     ver[g] += 1
-    heapq.heappush(heap, (t + rem[g] / r, FINISH, np.int64(0), g, ver[g]))
+    if r > 0.0:
+        heapq.heappush(heap, (t + rem[g] / r, FINISH, np.int64(0), g, ver[g]))
 
 
 @numba.njit(cache=True)
-def _rerate_sharers(f, t, links, hbw, nflow, head, nxt, rem, rate, last, ver, active, heap):
-    """Every active flow that shares a link with f gets its new fair share."""
+def _rerate_sharers(f, t, links, hbw, lmin, lcnt, mround, head, nxt, rem, rate, last, ver, active, heap):
+    """Every active flow that shares a link with f gets its new rate."""
     H = links.shape[1]
     for h in range(H):
         link = links[f, h]
@@ -120,34 +157,46 @@ def _rerate_sharers(f, t, links, hbw, nflow, head, nxt, rem, rate, last, ver, ac
         while e >= 0:
             g = e // H
             if active[g] and g != f:
-                _rerate(g, t, links, hbw, nflow, rem, rate, last, ver, heap)
+                _rerate(g, t, links, hbw, lmin, lcnt, mround, rem, rate, last, ver, heap)
             e = nxt[e]
 
 
 @numba.njit(cache=True)
-def _complete(v, t, is_send, k, overlap, send_end, recv_end, recv_first, slot_red, pending, done, ready, cur,
-              node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap, entered):
-    """One end of a message is done at t: the sender's bytes have left, or the receiver's have landed."""
+def _rescan(link, H, head, nxt, mround, lmin, lcnt):
+    """The earliest round among the flows on `link` and how many flows of it there are."""
+    lo = np.iinfo(np.int64).max
+    n = 0
+    e = head[link]
+    while e >= 0:
+        r = mround[e // H]
+        if r < lo:
+            lo, n = r, 1
+        elif r == lo:
+            n += 1
+        e = nxt[e]
+    lmin[link] = lo
+    lcnt[link] = n
+
+
+@numba.njit(cache=True)
+def _complete(v, t, is_send, k, overlap, credit_ptr, credit_msg, send_end, recv_end, recv_first, slot_red, pending, done,
+              inside, ready, cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap, entered):
+    """One end of a message is done at t in slot k of node v: the sender's bytes have left, or the receiver's
+    have landed (possibly before v entered slot k: the slot then finishes when v enters it)."""
     if is_send:
         send_end[k] = max(send_end[k], t)
     else:
         recv_end[k] = max(recv_end[k], t)
     pending[k] -= 1
-    if pending[k] == 0:
-        if overlap:  # model.CostRules.overlap_reduce
-            end = max(send_end[k], recv_end[k], recv_first[k] + slot_red[k] if slot_red[k] > 0 else 0.0)
-        else:
-            end = max(send_end[k], recv_end[k] + slot_red[k])
-        done[k] = end
-        ready[v] = end
-        cur[v] += 1
-        if cur[v] < node_last[v]:
-            _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, recv_end, heap, entered)
+    if pending[k] == 0 and inside[k]:
+        _finish(v, k, overlap, send_end, recv_end, recv_first, slot_red, done, ready, cur, entered)
+        _advance(v, ready, cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, recv_end, recv_first,
+                 slot_red, pending, done, inside, overlap, credit_ptr, credit_msg, heap, entered)
 
 
 @numba.njit(cache=True)
-def _run(num_nodes, msrc, mdst, mpos, links, hbw, lat, nbytes, slot_ptr, slot_msg, slot_red, node_first, node_last,
-         num_links, overlap):
+def _run(num_nodes, msrc, mdst, mpos, mround, ks, kd, links, hbw, lat, nbytes, slot_ptr, slot_msg, slot_red, node_first,
+         node_last, num_links, overlap, credit_ptr, credit_msg):
     M, H = links.shape
     nslots = slot_ptr.size - 1
     ready = np.zeros(num_nodes)
@@ -158,6 +207,7 @@ def _run(num_nodes, msrc, mdst, mpos, links, hbw, lat, nbytes, slot_ptr, slot_ms
     recv_end = np.zeros(nslots)
     recv_first = np.full(nslots, np.inf)
     done = np.full(nslots, -1.0)
+    inside = np.zeros(nslots, np.bool_)
     busy = np.zeros(num_links)
     queued = np.zeros(M)
     started = np.zeros(M)
@@ -168,26 +218,26 @@ def _run(num_nodes, msrc, mdst, mpos, links, hbw, lat, nbytes, slot_ptr, slot_ms
     last = np.zeros(M)
     ver = np.zeros(M, np.int64)
     active = np.zeros(M, np.bool_)
-    nflow = np.zeros(num_links, np.int64)
+    lmin = np.full(num_links, np.iinfo(np.int64).max, np.int64)  # earliest round among the flows on each link
+    lcnt = np.zeros(num_links, np.int64)  # flows of that round on it
     head = np.full(num_links, -1, np.int64)
     nxt = np.full(M * H, -1, np.int64)
     prv = np.full(M * H, -1, np.int64)
     heap = [(0.0, np.int64(0), np.int64(0), np.int64(0), np.int64(0))]
     heap.pop()
     for v in range(num_nodes):
-        if cur[v] < node_last[v]:
-            _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, recv_end, heap, entered)
+        _advance(v, ready, cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, recv_end, recv_first,
+                 slot_red, pending, done, inside, overlap, credit_ptr, credit_msg, heap, entered)
     while len(heap) > 0:
         t, kind, _, f, version = heapq.heappop(heap)
         if kind == START:
             started[f] = t
-            kd = cur[mdst[f]]
-            recv_first[kd] = min(recv_first[kd], t + lat[f])
+            recv_first[kd[f]] = min(recv_first[kd[f]], t + lat[f])
             if links[f, 0] < 0 or nbytes[f] <= 0.0:  # nothing to stream: the message is sent at once
                 finished[f] = t
-                ks = cur[msrc[f]]
-                _complete(msrc[f], t, True, ks, overlap, send_end, recv_end, recv_first, slot_red, pending, done,
-                          ready, cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap, entered)
+                _complete(msrc[f], t, True, ks[f], overlap, credit_ptr, credit_msg, send_end, recv_end, recv_first, slot_red,
+                          pending, done, inside, ready, cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends,
+                          heap, entered)
                 heapq.heappush(heap, (t + lat[f], ARRIVE, np.int64(0), f, np.int64(0)))
                 continue
             active[f] = True
@@ -202,10 +252,14 @@ def _run(num_nodes, msrc, mdst, mpos, links, hbw, lat, nbytes, slot_ptr, slot_ms
                     prv[head[link]] = e
                 prv[e] = -1
                 head[link] = e
-                nflow[link] += 1
+                if mround[f] < lmin[link]:
+                    lmin[link] = mround[f]
+                    lcnt[link] = 1
+                elif mround[f] == lmin[link]:
+                    lcnt[link] += 1
                 busy[link] += nbytes[f] / hbw[f, h]
-            _rerate(f, t, links, hbw, nflow, rem, rate, last, ver, heap)
-            _rerate_sharers(f, t, links, hbw, nflow, head, nxt, rem, rate, last, ver, active, heap)
+            _rerate(f, t, links, hbw, lmin, lcnt, mround, rem, rate, last, ver, heap)
+            _rerate_sharers(f, t, links, hbw, lmin, lcnt, mround, head, nxt, rem, rate, last, ver, active, heap)
         elif kind == FINISH:
             if version != ver[f] or not active[f]:
                 continue
@@ -224,17 +278,20 @@ def _run(num_nodes, msrc, mdst, mpos, links, hbw, lat, nbytes, slot_ptr, slot_ms
                     head[link] = nxt[e]
                 if nxt[e] >= 0:
                     prv[nxt[e]] = prv[e]
-                nflow[link] -= 1
+                if mround[f] == lmin[link]:
+                    lcnt[link] -= 1
+                    if lcnt[link] == 0:
+                        _rescan(link, H, head, nxt, mround, lmin, lcnt)
             queued[f] = max(t - started[f] - nbytes[f] / alone, 0.0)
-            _rerate_sharers(f, t, links, hbw, nflow, head, nxt, rem, rate, last, ver, active, heap)
-            ks = cur[msrc[f]]
-            _complete(msrc[f], t, True, ks, overlap, send_end, recv_end, recv_first, slot_red, pending, done, ready,
-                      cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap, entered)
+            _rerate_sharers(f, t, links, hbw, lmin, lcnt, mround, head, nxt, rem, rate, last, ver, active, heap)
+            _complete(msrc[f], t, True, ks[f], overlap, credit_ptr, credit_msg, send_end, recv_end, recv_first, slot_red,
+                      pending, done, inside, ready, cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap,
+                      entered)
             heapq.heappush(heap, (t + lat[f], ARRIVE, np.int64(0), f, np.int64(0)))
         else:  # ARRIVE: the last byte has landed
-            kd = cur[mdst[f]]
-            _complete(mdst[f], t, False, kd, overlap, send_end, recv_end, recv_first, slot_red, pending, done, ready,
-                      cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap, entered)
+            _complete(mdst[f], t, False, kd[f], overlap, credit_ptr, credit_msg, send_end, recv_end, recv_first, slot_red,
+                      pending, done, inside, ready, cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap,
+                      entered)
     return done, busy, queued, started, finished, entered
 
 
@@ -276,9 +333,19 @@ def run(schedule, rules: CostRules, timeline: bool = False) -> EventRun:
     num_nodes = max(schedule.num_nodes, topo.num_nodes)
     node_first = np.searchsorted(slot_node, np.arange(num_nodes), side="left").astype(np.int64)
     node_last = np.searchsorted(slot_node, np.arange(num_nodes), side="right").astype(np.int64)
-    done, busy, queued, started, finished, entered = _run(num_nodes, msg.src, msg.dst, msg.position, links, hbw, hlat.sum(axis=1), msg.nbytes,
-                              slot_ptr, mid.astype(np.int64), slot_red, node_first, node_last, topo.num_links,
-                              rules.overlap_reduce)
+    # each message's slot at its sender and at its receiver
+    width = int(msg.round.max()) + 1 if M else 1
+    slot_key = slot_node * width + slot_round
+    ks = np.searchsorted(slot_key, msg.src * width + msg.round).astype(np.int64)
+    kd = np.searchsorted(slot_key, msg.dst * width + msg.round).astype(np.int64)
+    # the receiver's slot whose entry frees the message's credit: its first round after round - credit_slots
+    kw = np.searchsorted(slot_key, msg.dst * width + np.maximum(msg.round - rules.credit(msg.nbytes) + 1, 0))
+    credit_msg = np.argsort(kw, kind="stable").astype(np.int64)
+    credit_ptr = np.searchsorted(kw[credit_msg], np.arange(slot_ptr.size)).astype(np.int64)
+    done, busy, queued, started, finished, entered = _run(
+        num_nodes, msg.src, msg.dst, msg.position, msg.round.astype(np.int64), ks, kd, links, hbw, hlat.sum(axis=1), msg.nbytes, slot_ptr,
+        mid.astype(np.int64), slot_red, node_first, node_last, topo.num_links, rules.overlap_reduce, credit_ptr,
+        credit_msg)
     if (done < 0).any():
         k = int(np.flatnonzero(done < 0)[0])
         raise ScheduleError(f"deadlock: node {int(slot_node[k])} never completes round {int(slot_round[k])}",

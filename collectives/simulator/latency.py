@@ -7,13 +7,17 @@ pipelining: a pipelined chunk's step latency hides behind the previous chunk's t
 the transfers itself (every round pays its links' latency and bandwidth), and adds this per-call term:
 
     call_latency(class, protocol)                       (runtime.NcclRuntime.call_latency)
-  + the critical path of the *unpipelined* schedule in which every rank-to-rank message costs only its
-    step latency (runtime.NcclRuntime.step_latency: NVLink or network by the message's path), messages to and
-    from switch nodes nothing (their synchronisation is in call_latency).
+  + the critical path of the *unpipelined* schedule in which every rank-to-rank message costs what its
+    step latency (runtime.NcclRuntime.step_latency: NVLink or network by the message's path) exceeds its
+    path's latency by (NCCL's figure is a step's whole latency, and the transfer already pays the path's),
+    messages to and from switch nodes nothing (their synchronisation is in call_latency). A huge pipeline's
+    stages (bulk model) pay the full step latency of their slowest kind.
 
-The critical path is the dataflow recurrence of analytic.py with zero bytes (a message starts when both ends
-have entered its round; a uniform round repeated R times advances its nodes R times), or the sum of each round's
-slowest message above analytic.DATAFLOW_MAX_NODES nodes, as the analytic model costs rounds there.
+The critical path is the recurrence of recurrence.py with zero bytes and each message's step latency as its
+latency, under the transfers' rule (a step waits for its sender's data and for a free slot of the receiver's
+NCCL_STEPS-slot buffer, not for the receiver to reach it), a uniform round repeated R times applied R times;
+above analytic.DATAFLOW_MAX_NODES nodes, as the analytic model costs rounds there: each round's slowest step,
+plus R - 1 times its cycle rate for a repeated round.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from .analytic import DATAFLOW_MAX_NODES, Structure
+from .recurrence import advance_history, cycle_rows, iterate, rate_at
 
 
 def step_depth(st: Structure, lam_nvlink: float, lam_net: float, world_size: int) -> float:
@@ -33,30 +38,52 @@ def step_depth(st: Structure, lam_nvlink: float, lam_net: float, world_size: int
 
 def _step_depth(st: Structure, lam_nvlink: float, lam_net: float, world_size: int) -> float:
     dataflow = st.num_nodes <= DATAFLOW_MAX_NODES
-    T = np.zeros(st.num_nodes) if dataflow else None
+    slots = max((rc.slots for rc in st.rounds), default=1)
+    hist = [np.zeros(st.num_nodes)] * slots if dataflow else None
     total = 0.0
     for rc in st.rounds:
         if rc.src.size == 0:
+            if dataflow:  # rounds without messages still count for the credit window
+                hist = (hist + [hist[-1]] * min(rc.repeats, slots))[-slots:]
             continue
         if rc.step_kinds is not None:  # a set of a huge pipeline's stages (bulk only): which step kinds it holds
             nv, net = rc.step_kinds
             total += max(lam_net if net else 0.0, lam_nvlink if nv else 0.0) * rc.repeats
             continue
         p2p = (rc.src < world_size) & (rc.dst < world_size)
-        lam = np.where(p2p, np.where(rc.net, lam_net, lam_nvlink), 0.0)
+        # NCCL's step latency is a step's whole latency, wire included: the transfer model already pays the
+        # path's latency, so a step adds only what NCCL's figure exceeds it by
+        lam = np.where(p2p, np.maximum(np.where(rc.net, lam_net, lam_nvlink) - rc.lat, 0.0), 0.0)
         worst = float(lam.max())
         if not dataflow:
-            total += worst * rc.repeats
+            rate = worst
+            if rc.repeats > 1 and rc.slots > 1:
+                n = int(max(rc.src.max(), rc.dst.max())) + 1
+                rate = rate_at(cycle_rows(rc.src, rc.dst, lam, np.zeros(lam.size), 0.0, n, rc.slots), 0.0)
+            total += worst + (rc.repeats - 1) * rate
             continue
-        start = np.maximum(T[rc.src], T[rc.dst])
-        end = T.copy()
-        np.maximum.at(end, rc.dst, start + lam)
-        np.maximum.at(end, rc.src, start)
-        if rc.repeats > 1:
-            part = np.union1d(rc.src, rc.dst)
-            end[part] += (rc.repeats - 1) * worst
-        T = end
-    return float(T.max()) if dataflow else total
+        sc = rc.scatter()
+        zero = np.zeros(lam.size)
+        back = np.full(lam.size, min(rc.slots, slots), np.int64)  # steps carry no bytes: the whole buffer
+
+        def advance(X, sc=sc, lam=lam, zero=zero, back=back):
+            return advance_history(X, sc, back, lam, zero, None, False)
+
+        H = np.stack([h[sc.nodes] for h in hist])
+        if rc.repeats > 1 and slots > 1:
+            n = int(max(rc.src.max(), rc.dst.max())) + 1
+            rate = rate_at(cycle_rows(rc.src, rc.dst, lam, np.zeros(lam.size), 0.0, n, int(back[0])), 0.0)
+            fresh = iterate(H, rc.repeats, advance, rate, sc.src.size + sc.nodes.size)[-min(rc.repeats, slots):]
+        else:
+            new = advance(H)
+            fresh = [new + (rc.repeats - 1) * worst] if rc.repeats > 1 else [new]
+        out = []
+        for x in fresh:
+            full = hist[-1].copy()
+            full[sc.nodes] = x
+            out.append(full)
+        hist = (hist + out)[-slots:]
+    return float(hist[-1].max()) if dataflow else total
 
 
 def latency_class(schedule) -> str:

@@ -1,7 +1,9 @@
 """The cost rules both simulators apply: one place, so the event and analytic answers can only differ where their
 execution strategies do (see the package docstring).
 
-Per message: it starts when both ends have entered its round; it streams cut-through over its path, so it
+Per message: it starts when both ends have entered its round (rendezvous), or, under NCCL's runtime and when it
+fits one slot of the receiver's buffer, when its sender has, up to NCCL_STEPS rounds ahead of its receiver
+(`credit`, recurrence.py); it streams cut-through over its path, so it
 arrives after the sum of the hop latencies plus its bytes over the slowest (effective) bandwidth of its path, plus
 any queueing; the sender is done once its bytes have left (start + serialization). Per node and round: the round
 ends when every send has left and every receive has landed, plus the time to reduce the received bytes
@@ -33,7 +35,7 @@ import numpy as np
 
 from ..topology import TIERS
 from ..topology.capabilities import dtype_name
-from ..topology.runtime import check_protocol, efficiency
+from ..topology.runtime import NCCL_STEPS, check_protocol, efficiency, step_bytes
 
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "uint8": 1, "int16": 2,
              "uint16": 2, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8}
@@ -76,6 +78,24 @@ class CostRules:
         # data per wire byte of rank-to-rank messages; switch operations run NCCL's Simple kernels only
         self.efficiency = efficiency(self.protocol) if self.protocol is not None else 1.0
         self.overlap_reduce = self.runtime is not None
+        # a message waits for its receiver to have freed the buffer it lands in: under a runtime, NCCL's
+        # connection buffer of NCCL_STEPS slots of `slot_bytes` data bytes (src/include/device.h, src/enqueue.cc);
+        # elsewhere one round (rendezvous: both ends in the round). See `credit` and recurrence.py.
+        self.credit_slots = NCCL_STEPS if self.runtime is not None else 1
+        proto = self.protocol or "Simple"
+        self.slot_bytes = float(step_bytes(proto) * efficiency(proto)) if self.runtime is not None else np.inf
+
+    def credit(self, nbytes) -> np.ndarray:
+        """Rounds a message of `nbytes` may run ahead of its receiver, as an int array: a message of round k
+        starts no earlier than its receiver's end of round k - credit. Under NCCL's runtime a message that fits
+        one slot of the receiver's connection buffer (`slot_bytes`: a step) is written into a free slot, and the
+        receiver has NCCL_STEPS of them (src/include/device.h), so it gets NCCL_STEPS rounds; a larger one
+        streams through the buffer at the pace the receiver drains it, as it does without a runtime: 1 round
+        (rendezvous: it starts once both ends are in its round)."""
+        nbytes = np.asarray(nbytes, np.float64)
+        if self.credit_slots == 1:
+            return np.ones(nbytes.shape, np.int64)
+        return np.where(nbytes <= self.slot_bytes, self.credit_slots, 1).astype(np.int64)
 
     def at_full_rate(self) -> CostRules:
         """These rules with the protocol's wire efficiency left out (shared costing, see analytic._round_cost)."""

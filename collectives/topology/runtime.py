@@ -51,6 +51,8 @@ STEP_LATENCY_US: dict[str, dict[str, tuple[float, float, float]]] = {
     "net": {"tree": (5.0, 8.5, 14), "ring": (2.7, 4.0, 14.0), "collnet_direct": (0, 0, 31),
             "collnet_chain": (0, 0, 30), "nvls": (0, 0, 18), "nvls_tree": (0, 0, 20.9), "pat": (0, 0, 14)},
 }
+# src/graph/tuning.cc, ncclTopoTuneModel, CollNetDirect: "Add 0.4 us arity serialization latency" per peer of the head
+COLLNET_ARITY_US = 0.4
 # src/include/device.h: NCCL_STEPS buffer slots per connection; default buffers from src/init.cc
 # (DEFAULT_LL_BUFFSIZE = NCCL_LL_LINES_PER_THREAD 8 x NCCL_LL_MAX_NTHREADS 512 x NCCL_STEPS x 16-byte lines;
 # DEFAULT_LL128_BUFFSIZE = NCCL_LL128_ELEMS_PER_THREAD 120 x NCCL_LL128_MAX_NTHREADS 640 x NCCL_STEPS x 8;
@@ -59,6 +61,11 @@ NCCL_STEPS = 8
 BUFFER_BYTES = {"LL": 8 * 512 * NCCL_STEPS * 16, "LL128": 120 * 640 * NCCL_STEPS * 8, "Simple": 1 << 22}
 NVLS_CHUNK_BYTES = 128 << 10  # src/transport/nvls.cc, NCCL_NVLS_CHUNKSIZE default
 MAX_CHANNELS = 64  # src/include/device.h, MAXCHANNELS
+# src/include/device.h: NCCL_LL_MAX_NTHREADS, NCCL_LL128_MAX_NTHREADS, NCCL_SIMPLE_MAX_NTHREADS (a channel's threads)
+MAX_THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
+# src/include/comm.h: NCCL_{LL,LL128,SIMPLE}_THREAD_THRESHOLD, bytes per thread before a call takes another channel
+# (src/graph/tuning.cc multiplies ring's LL threshold by the rank count)
+THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
 # src/transport/nvls.cc: NVLS_NCHANNELS_SM90 16, NVLS_NCHANNELS_SM100 32 (multi-node), _SM100_NVL 24 (one domain)
 NVLS_CHANNELS = {("hopper", False): 16, ("hopper", True): 16, ("blackwell", False): 24, ("blackwell", True): 32}
 # src/graph/search.cc, sm90SpeedArrayIntra / sm100SpeedArrayIntra: the fastest per-channel NVLink speed (GB/s) the
@@ -116,7 +123,8 @@ class NcclRuntime:
     def call_latency(self, latency_class: str, protocol: str) -> float:
         """Seconds every call pays once: NCCL's base latency, plus the in-network classes' switch
         synchronisation (src/graph/tuning.cc, ncclTopoTuneModel: NVLS latency = intraLat (+ interLat across
-        nodes); NVLSTree adds intraLat once; CollNet adds interLat once)."""
+        nodes); NVLSTree adds intraLat once; CollNet adds interLat once, CollNetDirect its heads' arity
+        serialization)."""
         p = _protocol_index(protocol)
         cls = _check_class(latency_class)
         lat = BASE_LATENCY_US[cls][p]
@@ -126,6 +134,8 @@ class NcclRuntime:
             lat += STEP_LATENCY_US["net"]["nvls"][p]
         if cls in ("collnet_direct", "collnet_chain"):
             lat += STEP_LATENCY_US["net"][cls][p]
+        if cls == "collnet_direct":  # NCCL's "0.4 us arity serialization" of a head over its domain's peers, twice
+            lat += 2 * (self.gpus_per_domain - 1) * COLLNET_ARITY_US
         return lat * US
 
     def step_latency(self, latency_class: str, protocol: str, kind: str) -> float:
@@ -186,6 +196,22 @@ class NcclRuntime:
                     chunk //= 2
         return max(int(chunk), 1)
 
+    def call_channels(self, latency_class: str, protocol: str, nbytes: int, world_size: int, channels: int) -> int:
+        """The channels a ring or tree call of `nbytes` runs on, of the `channels` it may use: NCCL drops channels
+        while the call has less than threadThreshold bytes per thread of each (src/enqueue.cc, ring/tree
+        channel tuning: `while (nBytes < nc * nt * threadThreshold) nc--`, down to one), so small calls run on
+        one channel. Other classes keep theirs."""
+        cls = _check_class(latency_class)
+        proto = PROTOCOLS[_protocol_index(protocol)]
+        nc = max(int(channels), 1)
+        if cls not in ("ring", "tree"):
+            return nc
+        per_channel = MAX_THREADS[proto] * THREAD_THRESHOLD[proto] * (world_size if cls == "ring" and proto == "LL"
+                                                                       else 1)
+        while nc > 1 and int(nbytes) < nc * per_channel:
+            nc -= 1
+        return nc
+
     def pieces(self, latency_class: str, protocol: str, nbytes: int, channels: int | None = None) -> int:
         """Pipeline steps a call of `nbytes` takes: the buffer over channels x chunk (at least 1)."""
         ch = self.channels(latency_class) if channels is None else max(int(channels), 1)
@@ -214,6 +240,7 @@ def default_ring_channels(generation: str, nvlink_bandwidth: float, rails: int, 
     return max(1, min(MAX_CHANNELS, 2 * max(1, int(nvlink_bandwidth // speed))))
 
 
-__all__ = ["BASE_LATENCY_US", "GENERATIONS", "LATENCY_CLASSES", "MAX_CHANNELS", "NCCL_STEPS", "NVLS_CHANNELS",
+__all__ = ["BASE_LATENCY_US", "COLLNET_ARITY_US", "GENERATIONS", "LATENCY_CLASSES", "MAX_CHANNELS", "MAX_THREADS", "NCCL_STEPS",
+           "NVLS_CHANNELS", "THREAD_THRESHOLD",
            "PROTOCOLS", "RUNTIMES", "SIMPLE_ONLY", "STEP_LATENCY_US", "NcclRuntime", "check_protocol",
            "default_ring_channels", "efficiency", "step_bytes"]

@@ -1,4 +1,5 @@
-"""The backend's pieces that need no MPI launch: reduce ops, argument checks, split sizes and the view cache."""
+"""The backend's pieces that need no MPI launch: reduce ops, argument checks, split sizes, the view cache, and the
+all_reduce fast path over a recording stand-in for the library's communicator."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ pytest.importorskip("mpi4py")
 import torch  # noqa: E402
 
 from collectives.torch import tensors as T  # noqa: E402
-from collectives.torch.process_group import _split_counts  # noqa: E402
+from collectives.torch.process_group import CollectivesProcessGroup, _split_counts  # noqa: E402
 
 
 def options(op):
@@ -31,6 +32,18 @@ def options(op):
 def test_reduce_ops_map_to_the_library(op, name):
     assert T.reduce_op(options(op)) == (name, None)
     assert T.reduce_op(None) == ("sum", None)
+
+
+def test_ops_by_hash_agree_with_reduce_op():
+    # torch's ReduceOp hashes to its op's value; if a torch stopped doing so the table would be empty (and every
+    # all_reduce would take the slower general path): this test says so
+    assert len(T.OPS_BY_HASH) == 8
+    for kind, name in T.OPS.items():
+        if name == "premul_sum":
+            continue
+        o = options(dist.ReduceOp(kind))
+        assert T.OPS_BY_HASH[hash(o.reduceOp)] == T.reduce_op(o)[0] == name
+    assert hash(options(dist._make_nccl_premul_sum(0.5)).reduceOp) not in T.OPS_BY_HASH
 
 
 def test_premul_sum_carries_its_factor():
@@ -78,6 +91,19 @@ def test_view_cache_is_the_tensor_and_follows_it(dtype):
     assert b is not a and b.size == 1000 and b.__array_interface__["data"][0] == t.data_ptr()
 
 
+def test_view_cache_declines_what_the_general_path_must_check():
+    views = T.Views()
+    assert views.get(torch.ones(2, dtype=torch.bool)) is None
+    assert views.get(torch.ones(2, dtype=torch.complex64)) is None
+    assert views.get(torch.empty(2, device="meta")) is None
+    assert views.get(torch.eye(2).to_sparse()) is None
+    t = torch.ones(2)
+    a = views.get(t)
+    t.data = t.data.to(torch.int32)  # same object, new dtype: a new view
+    b = views.get(t)
+    assert b is not a and b.dtype == np.int32
+
+
 def test_view_cache_never_hands_out_a_dead_tensors_view():
     views = T.Views()
     t = torch.zeros(4)
@@ -90,3 +116,61 @@ def test_view_cache_never_hands_out_a_dead_tensors_view():
     assert got.__array_interface__["data"][0] == u.data_ptr()
     assert id(u) != key or got is not old
     np.testing.assert_array_equal(got, np.ones(4, np.float32))
+
+
+class RecordingComm:
+    """Stands in for the library's Communicator: records each allreduce (and does what a world of one would)."""
+
+    rank, size = 0, 1
+
+    def __init__(self) -> None:
+        self.calls = []
+
+    def allreduce(self, a, out=None, op="sum", async_op=False):
+        self.calls.append((a, out, op, async_op))
+        if out is not None and out is not a:
+            out[...] = a
+
+
+def blocking(op=dist.ReduceOp.SUM):
+    o = options(op)
+    o.asyncOp = False
+    return o
+
+
+def test_all_reduce_fast_path_hands_the_library_the_tensor_itself():
+    comm = RecordingComm()
+    group = CollectivesProcessGroup(comm, 0, 1)
+    t = torch.arange(4, dtype=torch.float32)
+    for op, name in [(dist.ReduceOp.SUM, "sum"), (dist.ReduceOp.MAX, "max"), (dist.ReduceOp.AVG, "avg")]:
+        work = group.allreduce([t], blocking(op))
+        assert work.wait() and work.is_completed()
+        a, out, got, async_op = comm.calls[-1]
+        assert out is a and got == name and not async_op
+        assert a.__array_interface__["data"][0] == t.data_ptr() and a.size == 4
+
+
+def test_all_reduce_fast_path_still_refuses_bad_tensors_before_calling():
+    comm = RecordingComm()
+    group = CollectivesProcessGroup(comm, 0, 1)
+    with pytest.raises(TypeError, match="does not support dtype torch.bool"):
+        group.allreduce([torch.ones(2, dtype=torch.bool)], blocking())
+    with pytest.raises(ValueError, match="works on CPU tensors"):
+        group.allreduce([torch.empty(2, device="meta")], blocking())
+    t = torch.ones(2)
+    group.allreduce([t], blocking())  # cached view
+    t.data = torch.ones(2, dtype=torch.bool)  # the same tensor object, now of an unsupported dtype
+    with pytest.raises(TypeError, match="does not support dtype torch.bool"):
+        group.allreduce([t], blocking())
+    assert len(comm.calls) == 1
+
+
+def test_all_reduce_general_path_stages_strided_tensors_and_scales_premul_sum():
+    comm = RecordingComm()
+    group = CollectivesProcessGroup(comm, 0, 1)
+    t = torch.arange(8, dtype=torch.float32).view(2, 4).t()  # not contiguous: staged in a copy, written back
+    group.allreduce([t], blocking())
+    assert comm.calls[-1][0].flags.c_contiguous and comm.calls[-1][0].__array_interface__["data"][0] != t.data_ptr()
+    u = torch.ones(3)
+    group.allreduce([u], blocking(dist._make_nccl_premul_sum(0.5)))
+    assert comm.calls[-1][2] == "sum" and u.tolist() == [0.5, 0.5, 0.5]

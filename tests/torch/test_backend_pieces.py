@@ -14,6 +14,7 @@ dist = pytest.importorskip("torch.distributed", reason="PyTorch is not installed
 pytest.importorskip("mpi4py")
 
 import torch  # noqa: E402
+import torch.distributed.distributed_c10d as c10d  # noqa: E402
 
 from collectives.torch import tensors as T  # noqa: E402
 from collectives.torch.process_group import CollectivesProcessGroup, _split_counts  # noqa: E402
@@ -118,18 +119,44 @@ def test_view_cache_never_hands_out_a_dead_tensors_view():
     np.testing.assert_array_equal(got, np.ones(4, np.float32))
 
 
+class Handle:
+    """A library handle that is complete."""
+
+    def test(self) -> bool:
+        return True
+
+    def wait(self, timeout=None) -> None:
+        pass
+
+
 class RecordingComm:
-    """Stands in for the library's Communicator: records each allreduce (and does what a world of one would)."""
+    """Stands in for the library's Communicator: records each call (and does what a world of one would)."""
 
     rank, size = 0, 1
 
     def __init__(self) -> None:
         self.calls = []
 
-    def allreduce(self, a, out=None, op="sum", async_op=False):
-        self.calls.append((a, out, op, async_op))
+    def _record(self, name, a, out, op, async_op):
+        self.calls.append((a, out, op, async_op, name))
         if out is not None and out is not a:
-            out[...] = a
+            out.reshape(-1)[...] = a.reshape(-1)
+        return Handle() if async_op else out
+
+    def allreduce(self, a, out=None, op="sum", async_op=False):
+        return self._record("allreduce", a, out, op, async_op)
+
+    def allgather(self, a, out=None, async_op=False):
+        return self._record("allgather", a, out, None, async_op)
+
+    def reduce_scatter(self, a, out=None, op="sum", async_op=False):
+        return self._record("reduce_scatter", a, out, op, async_op)
+
+    def alltoall(self, a, out=None, async_op=False):
+        return self._record("alltoall", a, out, None, async_op)
+
+    def alltoallv(self, a, sends, recvs, out=None, async_op=False):
+        return self._record("alltoallv", a, out, None, async_op)
 
 
 def blocking(op=dist.ReduceOp.SUM):
@@ -145,7 +172,7 @@ def test_all_reduce_fast_path_hands_the_library_the_tensor_itself():
     for op, name in [(dist.ReduceOp.SUM, "sum"), (dist.ReduceOp.MAX, "max"), (dist.ReduceOp.AVG, "avg")]:
         work = group.allreduce([t], blocking(op))
         assert work.wait() and work.is_completed()
-        a, out, got, async_op = comm.calls[-1]
+        a, out, got, async_op, _ = comm.calls[-1]
         assert out is a and got == name and not async_op
         assert a.__array_interface__["data"][0] == t.data_ptr() and a.size == 4
 
@@ -174,3 +201,68 @@ def test_all_reduce_general_path_stages_strided_tensors_and_scales_premul_sum():
     u = torch.ones(3)
     group.allreduce([u], blocking(dist._make_nccl_premul_sum(0.5)))
     assert comm.calls[-1][2] == "sum" and u.tolist() == [0.5, 0.5, 0.5]
+
+
+def address(a) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def test_fast_paths_of_input_output_calls_take_the_tensors_themselves():
+    comm = RecordingComm()
+    group = CollectivesProcessGroup(comm, 0, 1)
+    x, y = torch.arange(6, dtype=torch.float32), torch.zeros(6)
+    o = c10d.AllgatherOptions()
+    o.asyncOp = False
+    group.all_gather_single(y, x, o)
+    r = c10d.ReduceScatterOptions()
+    r.reduceOp, r.asyncOp = dist.ReduceOp.MIN, False
+    group.reduce_scatter_single(y, x, r)
+    a = c10d.AllToAllOptions()
+    a.asyncOp = False
+    group.all_to_all_single(y, x, [], [], a)
+    assert [c[4] for c in comm.calls] == ["allgather", "reduce_scatter", "alltoall"]
+    assert all(address(c[0]) == x.data_ptr() and address(c[1]) == y.data_ptr() for c in comm.calls)
+    assert comm.calls[1][2] == "min" and y.tolist() == x.tolist()
+
+
+def test_input_output_calls_leave_the_fast_path_for_what_it_does_not_take():
+    comm = RecordingComm()
+    group = CollectivesProcessGroup(comm, 0, 1)
+    o = c10d.AllgatherOptions()
+    o.asyncOp = False
+    y = torch.arange(4, dtype=torch.float32)
+    group.all_gather_single(y, y, o)  # the input is the output: the general path reads a copy
+    assert address(comm.calls[-1][0]) != y.data_ptr() and address(comm.calls[-1][1]) == y.data_ptr()
+    with pytest.raises(ValueError, match="all_gather_into_tensor: the output must have world_size"):
+        group.all_gather_single(torch.zeros(3), torch.ones(2), o)
+    with pytest.raises(ValueError, match="all_gather_into_tensor: the output must have world_size"):
+        group.all_gather_single(torch.zeros(2, dtype=torch.float64), torch.ones(2), o)
+    with pytest.raises(TypeError, match="does not support dtype torch.bool"):
+        group.all_gather_single(torch.zeros(2, dtype=torch.bool), torch.ones(2, dtype=torch.bool), o)
+    r = c10d.ReduceScatterOptions()
+    r.reduceOp, r.asyncOp = dist._make_nccl_premul_sum(2.0), False
+    out = torch.zeros(2)
+    group.reduce_scatter_single(out, torch.ones(2), r)  # PREMUL_SUM: the general path scales a copy
+    assert comm.calls[-1][2] == "sum" and out.tolist() == [2.0, 2.0]
+    a = c10d.AllToAllOptions()
+    a.asyncOp = False
+    group.all_to_all_single(out, torch.ones(2), [2], [2], a)  # split sizes: the general path
+    assert comm.calls[-1][4] == "alltoallv"
+    assert len(comm.calls) == 3
+
+
+def test_fast_paths_issue_async_and_coalesced_calls_as_works():
+    comm = RecordingComm()
+    group = CollectivesProcessGroup(comm, 0, 1)
+    t = torch.ones(2)
+    o = options(dist.ReduceOp.SUM)
+    o.asyncOp = True
+    work = group.allreduce([t], o)
+    assert comm.calls[-1][3] is True and work is not group._done
+    assert work.wait() and work.result() == [t]
+    group._start_coalescing()
+    first = group.allreduce([t], blocking())  # inside a coalescing block even a blocking call is collected
+    second = group.all_gather_single(torch.zeros(2), torch.ones(2), c10d.AllgatherOptions())
+    joined = group._end_coalescing()
+    assert comm.calls[-2][3] is True and comm.calls[-1][3] is True
+    assert joined._works == [first, second] and joined.wait()

@@ -24,8 +24,12 @@ import torch
 from . import tensors as T
 from .work import LOCK, PENDING
 
-_acquire, _release = LOCK.acquire, LOCK.release  # `with LOCK` costs twice as much on the per-call path
+# module-level names for what every call reads (a global is one look-up, an attribute of a module two); `with LOCK`
+# costs twice as much as acquire and release; PENDING.count is mutated in place, never rebound
+_acquire, _release = LOCK.acquire, LOCK.release
 _Tensor = torch.Tensor
+_OPS = T.OPS_BY_HASH
+_IN_FLIGHT = PENDING.count
 
 
 class DirectCalls:
@@ -33,13 +37,13 @@ class DirectCalls:
 
     def allreduce(self, tensors, opts=None):
         if opts is not None and len(tensors) == 1:
-            op = T.OPS_BY_HASH.get(hash(opts.reduceOp))
+            op = _OPS.get(hash(opts.reduceOp))
             t = tensors[0]
             if op is not None and type(t) is _Tensor and t.is_contiguous():
                 a = self._views.get(t)  # None unless a dense CPU tensor of a supported dtype
                 if a is not None:
                     comm = self.comm
-                    if not opts.asyncOp and self._coalesced is None and comm is not None and not PENDING.count:
+                    if not opts.asyncOp and self._coalesced is None and comm is not None and not _IN_FLIGHT:
                         _acquire()
                         try:
                             comm.allreduce(a, out=a, op=op)
@@ -71,7 +75,7 @@ class DirectCalls:
 
     def reduce_scatter_single(self, output_tensor, input_tensor, opts=None):
         """reduce_scatter_tensor: rank r gets block r of the reduced input (world_size x output elements)."""
-        op = T.OPS_BY_HASH.get(hash(opts.reduceOp)) if opts is not None else None
+        op = _OPS.get(hash(opts.reduceOp)) if opts is not None else None
         pair = self._views_of(output_tensor, input_tensor, 1, self._size) if op is not None else None
         if pair is None:
             return self._reduce_scatter_single(output_tensor, input_tensor, opts)
@@ -132,7 +136,7 @@ class DirectCalls:
         blocking call, nothing is being coalesced, nothing is in flight anywhere), else None."""
         comm = self.comm
         if opts is not None and not opts.asyncOp and self._coalesced is None and comm is not None \
-                and not PENDING.count:
+                and not _IN_FLIGHT:
             return comm
         return None
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -37,6 +38,7 @@ import torch
 import torch.distributed as dist
 
 import collectives.torch as ct
+from collectives.transport.mpi_library import MPI
 from collectives.units import human, parse_size
 
 COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single")
@@ -147,18 +149,25 @@ def agreed_iters(fn, sync, budget: float) -> int:
     return int(box.item())
 
 
-def timed_rounds(fns: dict, rounds: int, budget: float, sync) -> dict:
+def timed_rounds(fns: dict, rounds: int, budget: float, mpi_comm) -> tuple[dict, int]:
     """Per-call seconds of each function in each of `rounds` rounds (a block of each in turn, the order rotated
-    by one every round), after a warm-up of as many calls as a block."""
+    by one every round), after a warm-up of as many calls as a block; and in how many rounds some rank had the CPU
+    for less than 90% of a block (the host's other work took it: those rounds measure the load, not the calls)."""
+    sync = mpi_comm.Barrier
     iters = {k: agreed_iters(fn, sync, budget) for k, fn in fns.items()}
     for k, fn in fns.items():
         per_call(fn, iters[k], sync)
     names = list(fns)
     times = {k: [] for k in names}
+    share = np.ones(rounds)  # the smallest CPU share of a block in the round (this rank)
     for r in range(rounds):
         for k in names[r % len(names):] + names[:r % len(names)]:
+            cpu, wall = time.process_time(), time.perf_counter()
             times[k].append(per_call(fns[k], iters[k], sync))
-    return times
+            share[r] = min(share[r], (time.process_time() - cpu) / max(time.perf_counter() - wall, 1e-9))
+    lowest = np.empty_like(share)
+    mpi_comm.Allreduce(share, lowest, op=MPI.MIN)
+    return times, int((lowest < 0.9).sum())
 
 
 def spread(values: list) -> tuple:
@@ -171,15 +180,16 @@ def ratio_spread(times: dict, over: str, under: str) -> tuple:
     return spread([a / b for a, b in zip(times[over], times[under], strict=True)])
 
 
-def overhead(rank: int, p: int, comm, noop, rounds: int, budget: float, sync) -> dict:
+def overhead(rank: int, p: int, comm, noop, rounds: int, budget: float) -> dict:
     """The 8-byte all_reduce through the backend, the library's own call, torch's no-op floor and the pass-through
     floor (torch's wrapper plus the library's call on 8 bytes of numpy, nothing between)."""
     fns = {"collectives": make_call("all_reduce", 8, None, p), "library": make_library_call("all_reduce", 8, comm, p),
            "torch_noop": make_call("all_reduce", 8, noop, p),
            "pass_through": make_call("all_reduce", 8, pass_through_group(p, comm), p)}
-    times = timed_rounds(fns, rounds, budget, sync)
+    times, starved = timed_rounds(fns, rounds, budget, comm.mpi_comm)
     us = {k: [round(x * 1e6, 3) for x in spread(v)] for k, v in times.items()}
     row = {"collective": "all_reduce", "bytes": 8, "ranks": p, "rounds": rounds, "block_seconds": budget,
+           "starved_rounds": starved,
            **{f"{k}_us": v for k, v in us.items()},
            "collectives_over_library": [round(x, 2) for x in ratio_spread(times, "collectives", "library")],
            "pass_through_over_library": [round(x, 2) for x in ratio_spread(times, "pass_through", "library")],
@@ -200,7 +210,17 @@ def overhead(rank: int, p: int, comm, noop, rounds: int, budget: float, sync) ->
                          ("pass_through_over_library", "pass-through / library")):
             m, lo, hi = row[k]
             print(f"{label:34s} {m:7.2f} x   (rounds {lo:.2f}-{hi:.2f})")
+        print(starved_note(starved, rounds, p))
     return row
+
+
+def starved_note(starved: int, rounds: int, p: int) -> str:
+    note = f"# rounds in which a rank had the CPU < 90% of a block: {starved} of {rounds}"
+    if starved and p > (os.cpu_count() or 1):
+        return note + f" (expected: {p} ranks on {os.cpu_count()} cores)"
+    if starved > rounds // 10:
+        return note + " (the host was busy: the figures measure its load; rerun on a quiet host)"
+    return note
 
 
 def main() -> None:
@@ -225,18 +245,17 @@ def main() -> None:
     rank, p = ct.init_process_group()
     noop = noop_group(p)
     comm = dist.distributed_c10d._get_default_group().comm  # the backend's library communicator
-    barrier = comm.mpi_comm.Barrier
     if args.overhead:
-        rows = [overhead(rank, p, comm, noop, rounds, budget, barrier)]
+        rows = [overhead(rank, p, comm, noop, rounds, budget)]
     else:
-        rows = table(rank, p, comm, noop, args, rounds, budget, barrier)
+        rows = table(rank, p, comm, noop, args, rounds, budget)
     if rank == 0 and args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(rows, f, indent=1)
     dist.destroy_process_group()
 
 
-def table(rank: int, p: int, comm, noop, args, rounds: int, budget: float, sync) -> list:
+def table(rank: int, p: int, comm, noop, args, rounds: int, budget: float) -> list:
     gloo = dist.new_group(list(range(p)), backend="gloo")
     rows = []
     for name in args.collectives:
@@ -245,12 +264,13 @@ def table(rank: int, p: int, comm, noop, args, rounds: int, budget: float, sync)
                    "library": make_library_call(name, nbytes, comm, p)}
             if name == "all_reduce":
                 fns["torch_noop"] = make_call(name, nbytes, noop, p)
-            times = timed_rounds(fns, rounds, budget, sync)
+            times, starved = timed_rounds(fns, rounds, budget, comm.mpi_comm)
             med = {k: statistics.median(v) for k, v in times.items()}
             row = {"collective": name, "bytes": nbytes, "ranks": p,
                    **{f"{k}_us": round(v * 1e6, 2) for k, v in med.items()},
                    "gloo_over_collectives": round(med["gloo"] / med["collectives"], 2),
-                   "collectives_over_library": [round(x, 2) for x in ratio_spread(times, "collectives", "library")]}
+                   "collectives_over_library": [round(x, 2) for x in ratio_spread(times, "collectives", "library")],
+                   "starved_rounds": starved}
             rows.append(row)
             if rank == 0:
                 print(f"{name} {human(nbytes)}: {row}", file=sys.stderr, flush=True)
@@ -265,6 +285,7 @@ def table(rank: int, p: int, comm, noop, args, rounds: int, budget: float, sync)
                 (f" {r['torch_noop_us']:15.2f}" if "torch_noop_us" in r else "")
             print(f"{r['collective']:24s} {human(r['bytes']):>9s} {r['collectives_us']:15.2f} "
                   f"{r['gloo_us']:12.2f} {r['gloo_over_collectives']:10.2f} {lib}")
+        print(starved_note(sum(r["starved_rounds"] for r in rows), rounds * len(rows), p))
     return rows
 
 

@@ -12,8 +12,10 @@ several times the library's: the op as `hash(opts.reduceOp)` (torch's ReduceOp h
 tensors.OPS_BY_HASH); the tensors' numpy views from the group's cache (`Views.get`, which checks dtype, device and
 layout the first time it sees a tensor); and, when torch asked for a blocking call, nothing is being coalesced and
 no call is in flight anywhere (`PENDING`), the library's blocking call itself on the caller's thread under `LOCK`,
-returning the group's shared completed Work. Otherwise the views go through `_issue` (asynchronous calls,
-coalescing, another group's calls in flight), exactly as the general path would send them.
+returning the group's shared completed Work. A call that stays in flight after the method returns (asynchronous,
+coalesced, or issued while another group's calls are in flight) must hand the library arrays that keep the tensors
+alive, which the cached views do not (they do not own the memory): all_reduce then takes `tensor.numpy()` of its
+tensor, the other three their general path.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class DirectCalls:
                         finally:
                             _release()
                         return self._done
+                    a = T.as_numpy(t)  # in flight after the return: an array that keeps the tensor alive
                     return self._issue("all_reduce", [(self._comm().allreduce, (a,), {"out": a, "op": op})], opts,
                                        None, tensors)
         return self._allreduce(tensors, opts)
@@ -62,8 +65,7 @@ class DirectCalls:
         x, out = pair
         comm = self._straight(opts)
         if comm is None:
-            return self._issue("all_gather_into_tensor", [(self._comm().allgather, (x,), {"out": out})], opts, None,
-                               [output_tensor])
+            return self._all_gather_single(output_tensor, input_tensor, opts)
         _acquire()
         try:
             comm.allgather(x, out=out)
@@ -82,8 +84,7 @@ class DirectCalls:
         x, out = pair
         comm = self._straight(opts)
         if comm is None:
-            return self._issue("reduce_scatter_tensor", [(self._comm().reduce_scatter, (x,), {"out": out, "op": op})],
-                               opts, None, [output_tensor])
+            return self._reduce_scatter_single(output_tensor, input_tensor, opts)
         _acquire()
         try:
             comm.reduce_scatter(x, out=out, op=op)
@@ -101,8 +102,7 @@ class DirectCalls:
         x, out = pair
         comm = self._straight(opts)
         if comm is None:
-            return self._issue("all_to_all_single", [(self._comm().alltoall, (x,), {"out": out})], opts, None,
-                               [output])
+            return self._all_to_all_single(output, input, output_split_sizes, input_split_sizes, opts)
         _acquire()
         try:
             comm.alltoall(x, out=out)

@@ -266,3 +266,28 @@ def test_fast_paths_issue_async_and_coalesced_calls_as_works():
     joined = group._end_coalescing()
     assert comm.calls[-2][3] is True and comm.calls[-1][3] is True
     assert joined._works == [first, second] and joined.wait()
+
+
+def holds_a_tensor(a) -> bool:
+    """The array's base chain ends in a torch tensor (which keeps the memory alive), not in a bare buffer."""
+    while a is not None and not isinstance(a, torch.Tensor):
+        a = getattr(a, "base", None)
+    return a is not None
+
+
+def test_calls_left_in_flight_hold_their_tensors_memory():
+    # the cached views do not own the memory: an asynchronous call must hand the library arrays that do, or a
+    # caller that drops its tensors (a temporary input, an unwatched Work) leaves the library writing freed memory
+    comm = RecordingComm()
+    group = CollectivesProcessGroup(comm, 0, 1)
+    t, x, y = torch.ones(4), torch.ones(4), torch.zeros(4)
+    group.allreduce([t], blocking())
+    assert not holds_a_tensor(comm.calls[0][0])  # blocking: the cached view, the caller holds the tensor
+    gather = c10d.AllgatherOptions()
+    assert gather.asyncOp  # torch's default
+    group.all_gather_single(y, x, gather)
+    o = options(dist.ReduceOp.SUM)
+    o.asyncOp = True
+    group.allreduce([t], o)
+    assert [c[4] for c in comm.calls] == ["allreduce", "allgather", "allreduce"]
+    assert all(holds_a_tensor(c[0]) and holds_a_tensor(c[1]) for c in comm.calls[1:])

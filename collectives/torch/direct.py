@@ -7,12 +7,12 @@ strided tensors, PREMUL_SUM, uneven splits), `_issue`, `_comm()`, `comm`, `_view
 coalescing list. A fast path only takes a call that the general path would hand to the library unchanged, and
 anything else goes there: so every error is the general path's, raised before any communication.
 
-What a fast path reads costs tens of nanoseconds each, and what it skips is what made the backend's 8-byte call
-several times the library's: the op as `hash(opts.reduceOp)` (torch's ReduceOp hashes to its RedOpType value,
-tensors.OPS_BY_HASH); the tensors' numpy views from the group's cache (`Views.get`, which checks dtype, device and
-layout the first time it sees a tensor); and, when torch asked for a blocking call, nothing is being coalesced and
-no call is in flight anywhere (`PENDING`), the library's blocking call itself on the caller's thread under `LOCK`,
-returning the group's shared completed Work. A call that stays in flight after the method returns (asynchronous,
+A fast path reads the op as `hash(opts.reduceOp)` (torch's ReduceOp hashes to its RedOpType value,
+tensors.OPS_BY_HASH), takes the tensors' numpy views from the group's cache (`Views.get`, which checks dtype, device
+and layout the first time it sees a tensor) and, when torch asked for a blocking call, nothing is being coalesced and
+no call is in flight anywhere (`PENDING`), runs the library's blocking call on the caller's thread under `LOCK` and
+returns the group's shared completed Work: a few reads of tens to hundreds of nanoseconds each (docs/torch.md,
+"Per-call overhead"). A call that stays in flight after the method returns (asynchronous,
 coalesced, or issued while another group's calls are in flight) must hand the library arrays that keep the tensors
 alive, which the cached views do not (they do not own the memory): all_reduce then takes `tensor.numpy()` of its
 tensor, the other three their general path.
@@ -59,7 +59,7 @@ class DirectCalls:
 
     def all_gather_single(self, output_tensor, input_tensor, opts=None):
         """all_gather_into_tensor: the output holds the ranks' inputs concatenated in rank order."""
-        pair = self._views_of(output_tensor, input_tensor, self._size, 1)
+        pair = self._views_of(output_tensor, input_tensor, 1, self._size)
         if pair is None:
             return self._all_gather_single(output_tensor, input_tensor, opts)
         x, out = pair
@@ -78,7 +78,7 @@ class DirectCalls:
     def reduce_scatter_single(self, output_tensor, input_tensor, opts=None):
         """reduce_scatter_tensor: rank r gets block r of the reduced input (world_size x output elements)."""
         op = _OPS.get(hash(opts.reduceOp)) if opts is not None else None
-        pair = self._views_of(output_tensor, input_tensor, 1, self._size) if op is not None else None
+        pair = self._views_of(output_tensor, input_tensor, self._size, 1) if op is not None else None
         if pair is None:
             return self._reduce_scatter_single(output_tensor, input_tensor, opts)
         x, out = pair
@@ -114,8 +114,9 @@ class DirectCalls:
 
     # -- what the fast paths share ------------------------------------------------------------------------------
     def _views_of(self, output, input, out_times: int, in_times: int):
-        """(input view, output view) when both are contiguous tensors of one supported dtype, out_times x the
-        output's elements equal in_times x the input's, and they share no memory; else None."""
+        """(input view, output view) when both are contiguous tensors of one supported dtype, the output's elements
+        times out_times equal the input's times in_times (all_gather: 1 and p; reduce_scatter: p and 1), and they
+        share no memory; else None."""
         if type(output) is not _Tensor or type(input) is not _Tensor or not output.is_contiguous() \
                 or not input.is_contiguous():
             return None

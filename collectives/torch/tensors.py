@@ -36,9 +36,9 @@ OP_NAMES = "SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR (integer dtypes), PREMU
 def _ops_by_hash() -> dict[int, str]:
     """The ops without a factor (all but PREMUL_SUM) by `hash(ReduceOp)`. torch's ReduceOp hashes to its RedOpType
     value (`__hash__` in torch/csrc/distributed/c10d/init.cpp, kept since ReduceOp was an enum), so
-    `hash(opts.reduceOp)` names the op in one C++ call, where `opts.reduceOp.op` builds a RedOpType object and
-    hashing that enum costs ~1 us. Empty (every lookup misses: the caller takes `reduce_op`) if a torch hashes
-    otherwise."""
+    `hash(opts.reduceOp)` names the op in one C++ call (~0.35 us with the read), where `opts.reduceOp.op` builds a
+    RedOpType object and the look-up hashes that pybind enum (~0.9 us). Empty (every look-up misses: the caller takes
+    `reduce_op`) if a torch hashes otherwise."""
     table = {}
     for kind, name in OPS.items():
         if kind == _Red.PREMUL_SUM:

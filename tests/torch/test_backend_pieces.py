@@ -18,6 +18,7 @@ import torch.distributed.distributed_c10d as c10d  # noqa: E402
 
 from collectives.torch import tensors as T  # noqa: E402
 from collectives.torch.process_group import CollectivesProcessGroup, _split_counts  # noqa: E402
+from collectives.torch.work import PENDING  # noqa: E402
 
 
 def options(op):
@@ -132,14 +133,15 @@ class Handle:
 class RecordingComm:
     """Stands in for the library's Communicator: records each call (and does what a world of one would)."""
 
-    rank, size = 0, 1
+    rank = 0
 
-    def __init__(self) -> None:
+    def __init__(self, size: int = 1) -> None:
+        self.size = size
         self.calls = []
 
     def _record(self, name, a, out, op, async_op):
         self.calls.append((a, out, op, async_op, name))
-        if out is not None and out is not a:
+        if out is not None and out is not a and out.size == a.size:
             out.reshape(-1)[...] = a.reshape(-1)
         return Handle() if async_op else out
 
@@ -222,6 +224,7 @@ def test_fast_paths_of_input_output_calls_take_the_tensors_themselves():
     group.all_to_all_single(y, x, [], [], a)
     assert [c[4] for c in comm.calls] == ["allgather", "reduce_scatter", "alltoall"]
     assert all(address(c[0]) == x.data_ptr() and address(c[1]) == y.data_ptr() for c in comm.calls)
+    assert not any(holds_a_tensor(c[0]) or holds_a_tensor(c[1]) for c in comm.calls)  # the cached views
     assert comm.calls[1][2] == "min" and y.tolist() == x.tolist()
 
 
@@ -285,9 +288,38 @@ def test_calls_left_in_flight_hold_their_tensors_memory():
     assert not holds_a_tensor(comm.calls[0][0])  # blocking: the cached view, the caller holds the tensor
     gather = c10d.AllgatherOptions()
     assert gather.asyncOp  # torch's default
-    group.all_gather_single(y, x, gather)
+    works = [group.all_gather_single(y, x, gather)]
     o = options(dist.ReduceOp.SUM)
     o.asyncOp = True
-    group.allreduce([t], o)
+    works.append(group.allreduce([t], o))
     assert [c[4] for c in comm.calls] == ["allreduce", "allgather", "allreduce"]
     assert all(holds_a_tensor(c[0]) and holds_a_tensor(c[1]) for c in comm.calls[1:])
+    assert all(w.wait() for w in works)  # completed: no call left in flight for the tests after this one
+
+
+@pytest.mark.parametrize("p", [2, 3])
+def test_fast_paths_take_calls_between_ranks(p):
+    """all_gather's output and reduce_scatter's input are world_size times the other tensor."""
+    assert not PENDING.count  # a call in flight anywhere would send every call down the general path
+    comm = RecordingComm(p)
+    group = CollectivesProcessGroup(comm, 0, p)
+    small, big = torch.ones(2), torch.zeros(2 * p)
+    o = c10d.AllgatherOptions()
+    o.asyncOp = False
+    group.all_gather_single(big, small, o)
+    r = c10d.ReduceScatterOptions()
+    r.asyncOp = False
+    group.reduce_scatter_single(small, big, r)
+    a = c10d.AllToAllOptions()
+    a.asyncOp = False
+    group.all_to_all_single(torch.zeros(2 * p), big, [], [], a)
+    assert [c[4] for c in comm.calls] == ["allgather", "reduce_scatter", "alltoall"]
+    assert address(comm.calls[0][0]) == small.data_ptr() and address(comm.calls[0][1]) == big.data_ptr()
+    assert address(comm.calls[1][0]) == big.data_ptr() and address(comm.calls[1][1]) == small.data_ptr()
+    assert address(comm.calls[2][0]) == big.data_ptr()
+    assert not any(holds_a_tensor(c[0]) or holds_a_tensor(c[1]) for c in comm.calls)  # the cached views: fast paths
+    with pytest.raises(ValueError, match=f"world_size \\({p}\\)"):
+        group.all_gather_single(torch.zeros(2), small, o)
+    with pytest.raises(ValueError, match=f"world_size \\({p}\\)"):
+        group.reduce_scatter_single(small, torch.zeros(2), r)
+    assert len(comm.calls) == 3

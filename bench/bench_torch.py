@@ -2,7 +2,7 @@
 
     mpiexec -n 2 python bench/bench_torch.py                  # 8 B .. 64 MiB, four collectives
     mpiexec -n 4 python bench/bench_torch.py --max-size 1MiB
-    mpiexec -n 2 python bench/bench_torch.py --overhead       # only the 8-byte all_reduce: backend vs library
+    mpiexec -n 2 python bench/bench_torch.py --overhead       # only 8-byte calls: backend vs library
 
 One launch creates the default group with backend "collectives" and a second group over the same ranks with
 backend "gloo". For each collective and size the calls are timed interleaved: after a warm-up, `--rounds` rounds,
@@ -14,10 +14,13 @@ of a no-op Python backend (a group whose allreduce returns a completed Work at o
 wrapper costs per call); the rows print the backend's cost over the library's, the median of the rounds' own
 ratios (a round's blocks ran back to back), with the lowest and highest round.
 
-`--overhead` times only the 8-byte all_reduce (no gloo), over more and shorter rounds (41 of 20 ms by default),
-and prints the backend's time over the library's with its spread, and what the backend adds beyond torch's no-op
-floor and the library's call. Calls go through the default group, as `dist.all_reduce(t)` (torch's look-up of
-the default group included); the no-op group is passed as `group=`.
+`--overhead` times only 8-byte calls (no gloo), over more and shorter rounds (41 of 20 ms by default): all_reduce
+through the backend, the library's call, torch's no-op floor and a pass-through floor (a Python group whose
+allreduce runs the library's call on an array made once, and nothing else: the least a Python backend over the
+library costs), with what the backend adds to the pass-through floor; then each other collective of
+`--collectives`, the backend against the library's call. Each prints the backend's time over the library's with its
+spread. Calls go through the default group, as `dist.all_reduce(t)` (torch's look-up of the default group
+included); the floors' groups are passed as `group=`.
 
 Sizes are the bytes of the tensor each call takes: all_reduce's tensor, all_gather_into_tensor's output,
 reduce_scatter_tensor's input, all_to_all_single's input (float32 elements). Progress goes to stderr; rank 0
@@ -214,6 +217,28 @@ def overhead(rank: int, p: int, comm, noop, rounds: int, budget: float) -> dict:
     return row
 
 
+def overhead_others(rank: int, p: int, comm, names: list, rounds: int, budget: float) -> list:
+    """8-byte calls of the other collectives through the backend and the library's own call."""
+    rows, starved = [], 0
+    for name in names:
+        times, hungry = timed_rounds({"collectives": make_call(name, 8, None, p),
+                                      "library": make_library_call(name, 8, comm, p)}, rounds, budget, comm.mpi_comm)
+        starved += hungry
+        rows.append({"collective": name, "bytes": 8, "ranks": p, "rounds": rounds, "block_seconds": budget,
+                     "starved_rounds": hungry,
+                     **{f"{k}_us": [round(x * 1e6, 3) for x in spread(v)] for k, v in times.items()},
+                     "collectives_over_library": [round(x, 2) for x in ratio_spread(times, "collectives", "library")]})
+    if rank == 0 and rows:
+        print(f"# 8-byte calls, {rounds} interleaved rounds each: median (lowest-highest round)")
+        print(f"{'collective':24s} {'backend us':>20s} {'library us':>20s} {'backend / library':>22s}")
+        for r in rows:
+            cells = [f"{m:.2f} ({lo:.2f}-{hi:.2f})" for m, lo, hi in (r["collectives_us"], r["library_us"])]
+            m, lo, hi = r["collectives_over_library"]
+            print(f"{r['collective']:24s} {cells[0]:>20s} {cells[1]:>20s} {f'{m:.2f}x ({lo:.2f}-{hi:.2f})':>22s}")
+        print(starved_note(starved, rounds * len(rows), p))
+    return rows
+
+
 def starved_note(starved: int, rounds: int, p: int) -> str:
     note = f"# rounds in which a rank had the CPU < 90% of a block: {starved} of {rounds}"
     if starved and p > (os.cpu_count() or 1):
@@ -230,7 +255,7 @@ def main() -> None:
     ap.add_argument("--collectives", nargs="+", default=list(COLLECTIVES), choices=COLLECTIVES)
     ap.add_argument("--rounds", type=int, help="interleaved rounds per size (default 7; --overhead: 41)")
     ap.add_argument("--budget", type=float, help="seconds per block (default 0.05; --overhead: 0.02)")
-    ap.add_argument("--overhead", action="store_true", help="only the 8-byte all_reduce: backend vs library")
+    ap.add_argument("--overhead", action="store_true", help="only 8-byte calls: backend vs library (and floors)")
     ap.add_argument("--json", help="write the rows here (rank 0)")
     args = ap.parse_args()
     rounds = args.rounds or (41 if args.overhead else 7)
@@ -246,7 +271,8 @@ def main() -> None:
     noop = noop_group(p)
     comm = dist.distributed_c10d._get_default_group().comm  # the backend's library communicator
     if args.overhead:
-        rows = [overhead(rank, p, comm, noop, rounds, budget)]
+        rows = [overhead(rank, p, comm, noop, rounds, budget)] if "all_reduce" in args.collectives else []
+        rows += overhead_others(rank, p, comm, [c for c in args.collectives if c != "all_reduce"], rounds, budget)
     else:
         rows = table(rank, p, comm, noop, args, rounds, budget)
     if rank == 0 and args.json:

@@ -22,6 +22,9 @@ library costs), with what the backend adds to the pass-through floor; then each 
 spread. Calls go through the default group, as `dist.all_reduce(t)` (torch's look-up of the default group
 included); the floors' groups are passed as `group=`.
 
+Each table ends with the number of rounds in which some rank had the CPU for less than 90% of a block (the
+host's other work took it): many such rounds mean the figures measure the host's load, not the calls.
+
 Sizes are the bytes of the tensor each call takes: all_reduce's tensor, all_gather_into_tensor's output,
 reduce_scatter_tensor's input, all_to_all_single's input (float32 elements). Progress goes to stderr; rank 0
 prints the table (and `--json FILE` writes it).

@@ -2,16 +2,28 @@
 
     mpiexec -n 2 python bench/bench_torch.py                  # 8 B .. 64 MiB, four collectives
     mpiexec -n 4 python bench/bench_torch.py --max-size 1MiB
-    mpiexec -n 2 python bench/bench_torch.py --overhead       # only the 8-byte all_reduce overhead check
+    mpiexec -n 2 python bench/bench_torch.py --overhead       # only 8-byte calls: backend vs library
 
 One launch creates the default group with backend "collectives" and a second group over the same ranks with
-backend "gloo". For each collective and size the two are timed paired and interleaved (a block of calls on one,
-then the same block on the other, `--rounds` times), so both see the same machine state; the row shows the median
-per-call time of each and gloo / collectives (> 1: the backend is faster). Each row also times the library's own call
-(`Communicator.allreduce`, `allgather`, `reduce_scatter`, `alltoall` on numpy arrays of the same sizes, on the
-backend's communicator) and, for all_reduce, `dist.all_reduce` on a
-group of a no-op Python backend (a group whose allreduce returns at once: what torch's own Python wrapper costs
-per call) in the same rounds; the rows print the backend's cost over the library's.
+backend "gloo". For each collective and size the calls are timed interleaved: after a warm-up, `--rounds` rounds,
+each a block of calls on every contender in turn (the order rotating from round to round), so all see the same
+machine state; the row shows the median per-call time of each and gloo / collectives (> 1: the backend is faster).
+Each row also times the library's own call (`Communicator.allreduce`, `allgather`, `reduce_scatter`, `alltoall` on
+numpy arrays of the same sizes, on the backend's communicator) and, for all_reduce, `dist.all_reduce` on a group
+of a no-op Python backend (a group whose allreduce returns a completed Work at once: what torch's own Python
+wrapper costs per call); the rows print the backend's cost over the library's, the median of the rounds' own
+ratios (a round's blocks ran back to back), with the lowest and highest round.
+
+`--overhead` times only 8-byte calls (no gloo), over more and shorter rounds (41 of 20 ms by default): all_reduce
+through the backend, the library's call, torch's no-op floor and a pass-through floor (a Python group whose
+allreduce runs the library's call on an array made once, and nothing else: the least a Python backend over the
+library costs), with what the backend adds to the pass-through floor; then each other collective of
+`--collectives`, the backend against the library's call. Each prints the backend's time over the library's with its
+spread. Calls go through the default group, as `dist.all_reduce(t)` (torch's look-up of the default group
+included); the floors' groups are passed as `group=`.
+
+Each table ends with the number of rounds in which some rank had the CPU for less than 90% of a block (the
+host's other work took it): many such rounds mean the figures measure the host's load, not the calls.
 
 Sizes are the bytes of the tensor each call takes: all_reduce's tensor, all_gather_into_tensor's output,
 reduce_scatter_tensor's input, all_to_all_single's input (float32 elements). Progress goes to stderr; rank 0
@@ -22,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -31,6 +44,7 @@ import torch
 import torch.distributed as dist
 
 import collectives.torch as ct
+from collectives.transport.mpi_library import MPI
 from collectives.units import human, parse_size
 
 COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single")
@@ -50,10 +64,33 @@ class NoopGroup(dist.ProcessGroup):
         return "noop"
 
 
+class PassThroughGroup(NoopGroup):
+    """A group whose allreduce runs the library's call on a numpy array made once, with nothing else: torch's
+    wrapper plus the library's call, the least any Python backend over the library can cost per call."""
+
+    def __init__(self, rank: int, size: int, comm) -> None:
+        super().__init__(rank, size)
+        self._comm = comm
+        self._array = np.ones(2, np.float32)
+
+    def allreduce(self, tensors, opts=None):
+        self._comm.allreduce(self._array, out=self._array)
+        return self._work
+
+    def getBackendName(self) -> str:  # noqa: N802 - torch's name
+        return "passthrough"
+
+
 def noop_group(p: int):
     dist.Backend.register_backend("noop", lambda o, _=None: NoopGroup(o.group_rank, o.group_size),
                                   extended_api=True, devices=["cpu"])
     return dist.new_group(list(range(p)), backend="noop")
+
+
+def pass_through_group(p: int, comm):
+    dist.Backend.register_backend("passthrough", lambda o, _=None: PassThroughGroup(o.group_rank, o.group_size, comm),
+                                  extended_api=True, devices=["cpu"])
+    return dist.new_group(list(range(p)), backend="passthrough")
 
 
 def sizes(lo: int, hi: int) -> list[int]:
@@ -118,28 +155,137 @@ def agreed_iters(fn, sync, budget: float) -> int:
     return int(box.item())
 
 
+def timed_rounds(fns: dict, rounds: int, budget: float, mpi_comm) -> tuple[dict, int]:
+    """Per-call seconds of each function in each of `rounds` rounds (a block of each in turn, the order rotated
+    by one every round), after a warm-up of as many calls as a block; and in how many rounds some rank had the CPU
+    for less than 90% of a block (the host's other work took it: those rounds measure the load, not the calls)."""
+    sync = mpi_comm.Barrier
+    iters = {k: agreed_iters(fn, sync, budget) for k, fn in fns.items()}
+    for k, fn in fns.items():
+        per_call(fn, iters[k], sync)
+    names = list(fns)
+    times = {k: [] for k in names}
+    share = np.ones(rounds)  # the smallest CPU share of a block in the round (this rank)
+    for r in range(rounds):
+        for k in names[r % len(names):] + names[:r % len(names)]:
+            cpu, wall = time.process_time(), time.perf_counter()
+            times[k].append(per_call(fns[k], iters[k], sync))
+            share[r] = min(share[r], (time.process_time() - cpu) / max(time.perf_counter() - wall, 1e-9))
+    lowest = np.empty_like(share)
+    mpi_comm.Allreduce(share, lowest, op=MPI.MIN)
+    return times, int((lowest < 0.9).sum())
+
+
+def spread(values: list) -> tuple:
+    """(median, lowest, highest)."""
+    return statistics.median(values), min(values), max(values)
+
+
+def ratio_spread(times: dict, over: str, under: str) -> tuple:
+    """The rounds' own ratios times[over] / times[under]: (median, lowest, highest)."""
+    return spread([a / b for a, b in zip(times[over], times[under], strict=True)])
+
+
+def overhead(rank: int, p: int, comm, noop, rounds: int, budget: float) -> dict:
+    """The 8-byte all_reduce through the backend, the library's own call, torch's no-op floor and the pass-through
+    floor (torch's wrapper plus the library's call on 8 bytes of numpy, nothing between)."""
+    fns = {"collectives": make_call("all_reduce", 8, None, p), "library": make_library_call("all_reduce", 8, comm, p),
+           "torch_noop": make_call("all_reduce", 8, noop, p),
+           "pass_through": make_call("all_reduce", 8, pass_through_group(p, comm), p)}
+    times, starved = timed_rounds(fns, rounds, budget, comm.mpi_comm)
+    us = {k: [round(x * 1e6, 3) for x in spread(v)] for k, v in times.items()}
+    row = {"collective": "all_reduce", "bytes": 8, "ranks": p, "rounds": rounds, "block_seconds": budget,
+           "starved_rounds": starved,
+           **{f"{k}_us": v for k, v in us.items()},
+           "collectives_over_library": [round(x, 2) for x in ratio_spread(times, "collectives", "library")],
+           "pass_through_over_library": [round(x, 2) for x in ratio_spread(times, "pass_through", "library")],
+           "backend_own_us": [round(x * 1e6, 3) for x in spread([a - b for a, b in zip(
+               times["collectives"], times["pass_through"], strict=True)])]}
+    if rank == 0:
+        print(f"# torch {torch.__version__}, {p} ranks, 8-byte all_reduce, {rounds} interleaved rounds of "
+              f"{budget * 1e3:g} ms blocks; per call: median (lowest-highest round)")
+        for k, label in (("collectives", "backend: dist.all_reduce(t)"),
+                         ("library", "library: Communicator.allreduce"),
+                         ("torch_noop", "torch's no-op floor (group=noop)"),
+                         ("pass_through", "pass-through floor (group=)")):
+            m, lo, hi = us[k]
+            print(f"{label:34s} {m:7.2f} us  ({lo:.2f}-{hi:.2f})")
+        m, lo, hi = row["backend_own_us"]
+        print(f"{'backend - pass-through':34s} {m:7.2f} us  ({lo:.2f}-{hi:.2f})")
+        for k, label in (("collectives_over_library", "backend / library"),
+                         ("pass_through_over_library", "pass-through / library")):
+            m, lo, hi = row[k]
+            print(f"{label:34s} {m:7.2f} x   (rounds {lo:.2f}-{hi:.2f})")
+        print(starved_note(starved, rounds, p))
+    return row
+
+
+def overhead_others(rank: int, p: int, comm, names: list, rounds: int, budget: float) -> list:
+    """8-byte calls of the other collectives through the backend and the library's own call."""
+    rows, starved = [], 0
+    for name in names:
+        times, hungry = timed_rounds({"collectives": make_call(name, 8, None, p),
+                                      "library": make_library_call(name, 8, comm, p)}, rounds, budget, comm.mpi_comm)
+        starved += hungry
+        rows.append({"collective": name, "bytes": 8, "ranks": p, "rounds": rounds, "block_seconds": budget,
+                     "starved_rounds": hungry,
+                     **{f"{k}_us": [round(x * 1e6, 3) for x in spread(v)] for k, v in times.items()},
+                     "collectives_over_library": [round(x, 2) for x in ratio_spread(times, "collectives", "library")]})
+    if rank == 0 and rows:
+        print(f"# 8-byte calls, {rounds} interleaved rounds each: median (lowest-highest round)")
+        print(f"{'collective':24s} {'backend us':>20s} {'library us':>20s} {'backend / library':>22s}")
+        for r in rows:
+            cells = [f"{m:.2f} ({lo:.2f}-{hi:.2f})" for m, lo, hi in (r["collectives_us"], r["library_us"])]
+            m, lo, hi = r["collectives_over_library"]
+            print(f"{r['collective']:24s} {cells[0]:>20s} {cells[1]:>20s} {f'{m:.2f}x ({lo:.2f}-{hi:.2f})':>22s}")
+        print(starved_note(starved, rounds * len(rows), p))
+    return rows
+
+
+def starved_note(starved: int, rounds: int, p: int) -> str:
+    note = f"# rounds in which a rank had the CPU < 90% of a block: {starved} of {rounds}"
+    if starved and p > (os.cpu_count() or 1):
+        return note + f" (expected: {p} ranks on {os.cpu_count()} cores)"
+    if starved > rounds // 10:
+        return note + " (the host was busy: the figures measure its load; rerun on a quiet host)"
+    return note
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--min-size", default="8B")
     ap.add_argument("--max-size", default="64MiB")
     ap.add_argument("--collectives", nargs="+", default=list(COLLECTIVES), choices=COLLECTIVES)
-    ap.add_argument("--rounds", type=int, default=7, help="interleaved blocks per backend and size")
-    ap.add_argument("--budget", type=float, default=0.05, help="seconds per block")
-    ap.add_argument("--overhead", action="store_true", help="only the 8-byte all_reduce: backend vs library")
+    ap.add_argument("--rounds", type=int, help="interleaved rounds per size (default 7; --overhead: 41)")
+    ap.add_argument("--budget", type=float, help="seconds per block (default 0.05; --overhead: 0.02)")
+    ap.add_argument("--overhead", action="store_true", help="only 8-byte calls: backend vs library (and floors)")
     ap.add_argument("--json", help="write the rows here (rank 0)")
     args = ap.parse_args()
+    rounds = args.rounds or (41 if args.overhead else 7)
+    budget = args.budget or (0.02 if args.overhead else 0.05)
+    if rounds < 1 or budget <= 0:
+        ap.error(f"--rounds must be >= 1 and --budget > 0 (got {rounds} and {budget})")
 
     import warnings
 
     warnings.filterwarnings("ignore", category=FutureWarning)  # torch 2.13 renames *_into_tensor / *_tensor
     torch.set_num_threads(1)  # the ranks share the host's cores
     rank, p = ct.init_process_group()
-    gloo = dist.new_group(list(range(p)), backend="gloo")
     noop = noop_group(p)
     comm = dist.distributed_c10d._get_default_group().comm  # the backend's library communicator
-    barrier = comm.mpi_comm.Barrier
     if args.overhead:
-        args.collectives, args.min_size, args.max_size = ["all_reduce"], "8B", "8B"
+        rows = [overhead(rank, p, comm, noop, rounds, budget)] if "all_reduce" in args.collectives else []
+        rows += overhead_others(rank, p, comm, [c for c in args.collectives if c != "all_reduce"], rounds, budget)
+    else:
+        rows = table(rank, p, comm, noop, args, rounds, budget)
+    if rank == 0 and args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(rows, f, indent=1)
+    dist.destroy_process_group()
+
+
+def table(rank: int, p: int, comm, noop, args, rounds: int, budget: float) -> list:
+    gloo = dist.new_group(list(range(p)), backend="gloo")
     rows = []
     for name in args.collectives:
         for nbytes in sizes(parse_size(args.min_size), parse_size(args.max_size)):
@@ -147,32 +293,29 @@ def main() -> None:
                    "library": make_library_call(name, nbytes, comm, p)}
             if name == "all_reduce":
                 fns["torch_noop"] = make_call(name, nbytes, noop, p)
-            iters = {k: agreed_iters(fn, barrier, args.budget) for k, fn in fns.items()}
-            times = {k: [] for k in fns}
-            for _ in range(args.rounds):
-                for k, fn in fns.items():
-                    times[k].append(per_call(fn, iters[k], barrier))
+            times, starved = timed_rounds(fns, rounds, budget, comm.mpi_comm)
             med = {k: statistics.median(v) for k, v in times.items()}
             row = {"collective": name, "bytes": nbytes, "ranks": p,
                    **{f"{k}_us": round(v * 1e6, 2) for k, v in med.items()},
-                   "gloo_over_collectives": round(med["gloo"] / med["collectives"], 2)}
-            row["collectives_over_library"] = round(med["collectives"] / med["library"], 2)
+                   "gloo_over_collectives": round(med["gloo"] / med["collectives"], 2),
+                   "collectives_over_library": [round(x, 2) for x in ratio_spread(times, "collectives", "library")],
+                   "starved_rounds": starved}
             rows.append(row)
             if rank == 0:
                 print(f"{name} {human(nbytes)}: {row}", file=sys.stderr, flush=True)
     if rank == 0:
-        print(f"# torch {torch.__version__}, {p} ranks, median of {args.rounds} interleaved blocks per backend")
+        print(f"# torch {torch.__version__}, {p} ranks, median of {rounds} interleaved rounds per backend; "
+              "coll/library: the rounds' median ratio (lowest-highest)")
         print(f"{'collective':24s} {'size':>9s} {'collectives us':>15s} {'gloo us':>12s} {'gloo/coll':>10s} "
-              f"{'library us':>11s} {'coll/library':>12s} {'torch no-op us':>15s}")
+              f"{'library us':>11s} {'coll/library':>20s} {'torch no-op us':>15s}")
         for r in rows:
-            lib = f"{r['library_us']:11.2f} {r['collectives_over_library']:12.2f}" + \
+            m, lo, hi = r["collectives_over_library"]
+            lib = f"{r['library_us']:11.2f} {f'{m:.2f} ({lo:.2f}-{hi:.2f})':>20s}" + \
                 (f" {r['torch_noop_us']:15.2f}" if "torch_noop_us" in r else "")
             print(f"{r['collective']:24s} {human(r['bytes']):>9s} {r['collectives_us']:15.2f} "
                   f"{r['gloo_us']:12.2f} {r['gloo_over_collectives']:10.2f} {lib}")
-        if args.json:
-            with open(args.json, "w", encoding="utf-8") as f:
-                json.dump(rows, f, indent=1)
-    dist.destroy_process_group()
+        print(starved_note(sum(r["starved_rounds"] for r in rows), rounds * len(rows), p))
+    return rows
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """A torch.distributed ProcessGroup (Python subclass) that runs the library's calls on CPU tensors.
 
 Every method validates its tensors (before any communication), turns them into zero-copy numpy views
-(tensors.py) and issues the library call(s) on the group's `collectives.Communicator`:
+(tensors.py) and issues the library call(s) on the group's `collectives.Communicator`. all_reduce,
+all_gather_into_tensor, reduce_scatter_tensor and all_to_all_single first try their fast paths (direct.py: the
+common call with the fewest steps) and come here, to `_allreduce` and the like, for everything else:
 
 * a blocking call (torch passes `asyncOp=False`) runs the library's blocking call on the caller's thread and
   returns a completed Work: no queue, no thread hand-off (the per-call cost stays close to the library's own);
@@ -21,13 +23,14 @@ import torch.distributed as dist
 
 from ..errors import CollectivesError
 from . import tensors as T
+from .direct import DirectCalls
 from .point_to_point import MONITORED_BARRIER_TAG, PointToPoint
 from .work import LOCK, PENDING, CollectivesWork, CompletedWork, GroupWork
 
 BACKEND_NAME = T.BACKEND_NAME
 
 
-class CollectivesProcessGroup(PointToPoint, dist.ProcessGroup):
+class CollectivesProcessGroup(DirectCalls, PointToPoint, dist.ProcessGroup):
     """torch.distributed process group over a `collectives.Communicator` (ranks = the communicator's ranks)."""
 
     def __init__(self, comm, rank: int, size: int, timeout: float | None = None) -> None:
@@ -112,21 +115,9 @@ class CollectivesProcessGroup(PointToPoint, dist.ProcessGroup):
         return work
 
     # -- reductions -----------------------------------------------------------------------------------
-    def allreduce(self, tensors, opts=None):
+    def _allreduce(self, tensors, opts=None):
+        """all_reduce's general path (direct.py has the fast one)."""
         op, factor = T.reduce_op(opts)
-        if len(tensors) == 1 and factor is None:  # the common call, with the fewest steps
-            t = tensors[0]
-            if type(t) is torch.Tensor and t.is_cpu and t.dtype in T.DTYPES and t.is_contiguous() \
-                    and t.layout == torch.strided:
-                comm = self.comm
-                a = self._views.get(t)
-                if opts is not None and not opts.asyncOp and self._coalesced is None and comm is not None \
-                        and not PENDING.count:  # blocking, nothing in flight anywhere: straight to the library
-                    with LOCK:
-                        comm.allreduce(a, out=a, op=op)
-                    return self._done
-                return self._issue("all_reduce", [(self._comm().allreduce, (a,), {"out": a, "op": op})], opts,
-                                   None, tensors)
         if any(isinstance(t, torch.Tensor) and t.layout == torch.sparse_coo for t in tensors):
             return self._sparse_allreduce(tensors, op)
         staged = [T.Staged(t, "all_reduce tensor") for t in tensors]
@@ -272,8 +263,8 @@ class CollectivesProcessGroup(PointToPoint, dist.ProcessGroup):
                 dst.done()
         return self._issue("reduce_scatter", calls, opts, finish, list(output_tensors))
 
-    def reduce_scatter_single(self, output_tensor, input_tensor, opts=None):
-        """reduce_scatter_tensor: rank r gets block r of the reduced input (world_size x output elements)."""
+    def _reduce_scatter_single(self, output_tensor, input_tensor, opts=None):
+        """reduce_scatter_tensor's general path: rank r gets block r of the reduced input."""
         op, factor = T.reduce_op(opts)
         src = T.Staged(input_tensor, "reduce_scatter_tensor input")
         dst = T.Staged(output_tensor, "reduce_scatter_tensor output", copy_in=False)
@@ -291,8 +282,6 @@ class CollectivesProcessGroup(PointToPoint, dist.ProcessGroup):
         return self._issue("reduce_scatter_tensor", [(self._comm().reduce_scatter, (x,),
                                                       {"out": dst.array.reshape(-1), "op": op})],
                            opts, dst.done, [output_tensor])
-
-    _reduce_scatter_base = reduce_scatter_single
 
     def reduce_scatter_single_coalesced(self, output_tensors, input_tensors, opts=None):
         """reduce_scatter_tensor_coalesced (FSDP2, the coalescing manager): tensors of one dtype go in one library
@@ -367,8 +356,8 @@ class CollectivesProcessGroup(PointToPoint, dist.ProcessGroup):
                     T.copy_into(o, buf[k * width:k * width + o.numel()])
         return self._issue("all_gather", calls, opts, finish, list(output_tensors))
 
-    def all_gather_single(self, output_tensor, input_tensor, opts=None):
-        """all_gather_into_tensor: the output holds the ranks' inputs concatenated in rank order."""
+    def _all_gather_single(self, output_tensor, input_tensor, opts=None):
+        """all_gather_into_tensor's general path: the ranks' inputs concatenated in rank order."""
         src = T.Staged(input_tensor, "all_gather_into_tensor input")
         dst = T.Staged(output_tensor, "all_gather_into_tensor output", copy_in=False)
         if dst.tensor.dtype != src.tensor.dtype or dst.tensor.numel() != self._size * src.tensor.numel():
@@ -381,8 +370,6 @@ class CollectivesProcessGroup(PointToPoint, dist.ProcessGroup):
             x = x.copy()
         return self._issue("all_gather_into_tensor", [(self._comm().allgather, (x,), {"out": out})], opts,
                            dst.done, [output_tensor])
-
-    _allgather_base = all_gather_single
 
     def all_gather_single_coalesced(self, output_tensors, input_tensors, opts=None):
         """all_gather_into_tensor_coalesced (FSDP2, DTensor, the coalescing manager): the inputs' bytes packed
@@ -497,8 +484,8 @@ class CollectivesProcessGroup(PointToPoint, dist.ProcessGroup):
         return self._issue("scatter", [(self._comm().scatter, (x,), kwargs)], opts,
                            lambda: T.copy_into(out, block), list(output_tensors))
 
-    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        """all_to_all_single: split sizes count rows of dim 0 (empty: even splits)."""
+    def _all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        """all_to_all_single's general path: split sizes count rows of dim 0 (empty: even splits)."""
         src = T.Staged(input, "all_to_all_single input")
         dst = T.Staged(output, "all_to_all_single output", copy_in=False)
         p = self._size
@@ -517,8 +504,6 @@ class CollectivesProcessGroup(PointToPoint, dist.ProcessGroup):
             recvs = _split_counts(output_split_sizes, dst.tensor, p, "output")
             call = (self._comm().alltoallv, (x, sends, recvs), {"out": out})
         return self._issue("all_to_all_single", [call], opts, dst.done, [output])
-
-    alltoall_base = all_to_all_single
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         """all_to_all: input_tensors[d] goes to rank d, output_tensors[s] comes from rank s (sizes may differ)."""

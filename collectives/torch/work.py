@@ -32,7 +32,7 @@ class _Pending:
     """Calls in flight per communicator (id): a blocking call elsewhere must not hold LOCK while they wait."""
 
     def __init__(self) -> None:
-        self.count: dict[int, int] = {}
+        self.count: dict[int, int] = {}  # changed in place, never rebound (direct.py holds it)
 
     def add(self, key: int) -> None:
         self.count[key] = self.count.get(key, 0) + 1

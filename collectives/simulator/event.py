@@ -19,15 +19,14 @@ different rounds that meet on a link, and no link ever carries more than its ban
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
 from ..errors import ScheduleError
 from ..schedule.expand import expand
 from ..schedule.ops import OpKind
+from . import event_loop
 from .model import CostRules
 
 
@@ -74,170 +73,6 @@ def match_messages(schedule, itemsize: int) -> Messages:
                     ops.kind[r_idx] == int(OpKind.RECV_REDUCE), position.astype(np.int64))
 
 
-START, FINISH, ARRIVE = 2, 0, 1  # event kinds; at equal times finishes free links before new messages take them
-
-
-@numba.njit(cache=True)
-def _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, recv_end, heap, entered):
-    k = cur[v]
-    entered[k] = ready[v]
-    send_end[k] = ready[v]
-    recv_end[k] = ready[v]
-    for j in range(slot_ptr[k], slot_ptr[k + 1]):
-        f = slot_msg[j]
-        ends[f] += 1
-        if ends[f] == 2:
-            heapq.heappush(heap, (max(ready[msrc[f]], ready[mdst[f]]), START, mpos[f], f, np.int64(0)))
-
-
-@numba.njit(cache=True)
-def _rerate(g, t, links, hbw, nflow, rem, rate, last, ver, heap):
-    """Flow g's fair-share rate from now on: the least over its links of bandwidth / flows on the link."""
-    rem[g] -= rate[g] * (t - last[g])
-    if rem[g] < 0.0:
-        rem[g] = 0.0
-    last[g] = t
-    r = np.inf
-    for h in range(links.shape[1]):
-        link = links[g, h]
-        if link < 0:
-            break
-        r = min(r, hbw[g, h] / nflow[link])
-    rate[g] = r
-    ver[g] += 1
-    heapq.heappush(heap, (t + rem[g] / r, FINISH, np.int64(0), g, ver[g]))
-
-
-@numba.njit(cache=True)
-def _rerate_sharers(f, t, links, hbw, nflow, head, nxt, rem, rate, last, ver, active, heap):
-    """Every active flow that shares a link with f gets its new fair share."""
-    H = links.shape[1]
-    for h in range(H):
-        link = links[f, h]
-        if link < 0:
-            break
-        e = head[link]
-        while e >= 0:
-            g = e // H
-            if active[g] and g != f:
-                _rerate(g, t, links, hbw, nflow, rem, rate, last, ver, heap)
-            e = nxt[e]
-
-
-@numba.njit(cache=True)
-def _complete(v, t, is_send, k, overlap, send_end, recv_end, recv_first, slot_red, pending, done, ready, cur,
-              node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap, entered):
-    """One end of a message is done at t: the sender's bytes have left, or the receiver's have landed."""
-    if is_send:
-        send_end[k] = max(send_end[k], t)
-    else:
-        recv_end[k] = max(recv_end[k], t)
-    pending[k] -= 1
-    if pending[k] == 0:
-        if overlap:  # model.CostRules.overlap_reduce
-            end = max(send_end[k], recv_end[k], recv_first[k] + slot_red[k] if slot_red[k] > 0 else 0.0)
-        else:
-            end = max(send_end[k], recv_end[k] + slot_red[k])
-        done[k] = end
-        ready[v] = end
-        cur[v] += 1
-        if cur[v] < node_last[v]:
-            _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, recv_end, heap, entered)
-
-
-@numba.njit(cache=True)
-def _run(num_nodes, msrc, mdst, mpos, links, hbw, lat, nbytes, slot_ptr, slot_msg, slot_red, node_first, node_last,
-         num_links, overlap):
-    M, H = links.shape
-    nslots = slot_ptr.size - 1
-    ready = np.zeros(num_nodes)
-    cur = node_first.copy()
-    ends = np.zeros(M, np.int64)
-    pending = slot_ptr[1:] - slot_ptr[:-1]
-    send_end = np.zeros(nslots)
-    recv_end = np.zeros(nslots)
-    recv_first = np.full(nslots, np.inf)
-    done = np.full(nslots, -1.0)
-    busy = np.zeros(num_links)
-    queued = np.zeros(M)
-    started = np.zeros(M)
-    finished = np.zeros(M)
-    entered = np.zeros(nslots)
-    rem = nbytes.copy()
-    rate = np.zeros(M)
-    last = np.zeros(M)
-    ver = np.zeros(M, np.int64)
-    active = np.zeros(M, np.bool_)
-    nflow = np.zeros(num_links, np.int64)
-    head = np.full(num_links, -1, np.int64)
-    nxt = np.full(M * H, -1, np.int64)
-    prv = np.full(M * H, -1, np.int64)
-    heap = [(0.0, np.int64(0), np.int64(0), np.int64(0), np.int64(0))]
-    heap.pop()
-    for v in range(num_nodes):
-        if cur[v] < node_last[v]:
-            _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, recv_end, heap, entered)
-    while len(heap) > 0:
-        t, kind, _, f, version = heapq.heappop(heap)
-        if kind == START:
-            started[f] = t
-            kd = cur[mdst[f]]
-            recv_first[kd] = min(recv_first[kd], t + lat[f])
-            if links[f, 0] < 0 or nbytes[f] <= 0.0:  # nothing to stream: the message is sent at once
-                finished[f] = t
-                ks = cur[msrc[f]]
-                _complete(msrc[f], t, True, ks, overlap, send_end, recv_end, recv_first, slot_red, pending, done,
-                          ready, cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap, entered)
-                heapq.heappush(heap, (t + lat[f], ARRIVE, np.int64(0), f, np.int64(0)))
-                continue
-            active[f] = True
-            last[f] = t
-            for h in range(H):
-                link = links[f, h]
-                if link < 0:
-                    break
-                e = f * H + h
-                nxt[e] = head[link]
-                if head[link] >= 0:
-                    prv[head[link]] = e
-                prv[e] = -1
-                head[link] = e
-                nflow[link] += 1
-                busy[link] += nbytes[f] / hbw[f, h]
-            _rerate(f, t, links, hbw, nflow, rem, rate, last, ver, heap)
-            _rerate_sharers(f, t, links, hbw, nflow, head, nxt, rem, rate, last, ver, active, heap)
-        elif kind == FINISH:
-            if version != ver[f] or not active[f]:
-                continue
-            active[f] = False
-            finished[f] = t
-            alone = np.inf
-            for h in range(H):
-                link = links[f, h]
-                if link < 0:
-                    break
-                alone = min(alone, hbw[f, h])
-                e = f * H + h
-                if prv[e] >= 0:
-                    nxt[prv[e]] = nxt[e]
-                else:
-                    head[link] = nxt[e]
-                if nxt[e] >= 0:
-                    prv[nxt[e]] = prv[e]
-                nflow[link] -= 1
-            queued[f] = max(t - started[f] - nbytes[f] / alone, 0.0)
-            _rerate_sharers(f, t, links, hbw, nflow, head, nxt, rem, rate, last, ver, active, heap)
-            ks = cur[msrc[f]]
-            _complete(msrc[f], t, True, ks, overlap, send_end, recv_end, recv_first, slot_red, pending, done, ready,
-                      cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap, entered)
-            heapq.heappush(heap, (t + lat[f], ARRIVE, np.int64(0), f, np.int64(0)))
-        else:  # ARRIVE: the last byte has landed
-            kd = cur[mdst[f]]
-            _complete(mdst[f], t, False, kd, overlap, send_end, recv_end, recv_first, slot_red, pending, done, ready,
-                      cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap, entered)
-    return done, busy, queued, started, finished, entered
-
-
 @dataclass
 class EventRun:
     time: float
@@ -276,9 +111,9 @@ def run(schedule, rules: CostRules, timeline: bool = False) -> EventRun:
     num_nodes = max(schedule.num_nodes, topo.num_nodes)
     node_first = np.searchsorted(slot_node, np.arange(num_nodes), side="left").astype(np.int64)
     node_last = np.searchsorted(slot_node, np.arange(num_nodes), side="right").astype(np.int64)
-    done, busy, queued, started, finished, entered = _run(num_nodes, msg.src, msg.dst, msg.position, links, hbw, hlat.sum(axis=1), msg.nbytes,
-                              slot_ptr, mid.astype(np.int64), slot_red, node_first, node_last, topo.num_links,
-                              rules.overlap_reduce)
+    done, busy, queued, started, finished, entered = _execute(num_nodes, msg, links, hbw, hlat.sum(axis=1), slot_ptr,
+                                                              mid.astype(np.int64), slot_red, node_first, node_last,
+                                                              topo.num_links, rules.overlap_reduce)
     if (done < 0).any():
         k = int(np.flatnonzero(done < 0)[0])
         raise ScheduleError(f"deadlock: node {int(slot_node[k])} never completes round {int(slot_round[k])}",
@@ -299,6 +134,26 @@ def run(schedule, rules: CostRules, timeline: bool = False) -> EventRun:
                     np.zeros(0, np.int64), slot_node=slot_node, slot_round=slot_round, slot_start=entered,
                     slot_end=done, phase_bounds=bounds)
     return EventRun(total, phase_end, busy, rules.tier_counts(links, msg.nbytes), reduce_time, M, critical, line)
+
+
+def _execute(num_nodes, msg: Messages, links, hbw, lat, slot_ptr, slot_msg, slot_red, node_first, node_last,
+             num_links: int, overlap: bool):
+    """event_loop.run over the messages renumbered in round order (then by sender), so the loop's per-message
+    state is read nearly sequentially (in the matching's sender-major order a ring's consecutive events touch
+    rows thousands apart); the start order at equal times keeps the messages' own ids, so the result is the
+    same to the bit. Per-message outputs come back in the messages' order."""
+    M = msg.src.size
+    if M >= event_loop.MAX_MESSAGES or (M and int(msg.position.max()) >= event_loop.MAX_POSITION):
+        raise ValueError(f"the event simulator orders at most {event_loop.MAX_MESSAGES - 1} messages posted at most "
+                         f"{event_loop.MAX_POSITION} to a round; this schedule has {M}: use mode='analytic'")
+    order = np.lexsort((msg.src, msg.round))
+    renumber = np.empty(M, np.int64)
+    renumber[order] = np.arange(M)
+    key = (msg.position[order] << event_loop.POSITION_SHIFT) | order
+    done, busy, queued, started, finished, entered = event_loop.run(
+        num_nodes, msg.src[order], msg.dst[order], key, links[order], hbw[order], lat[order], msg.nbytes[order],
+        slot_ptr, renumber[slot_msg], slot_red, node_first, node_last, num_links, overlap)
+    return done, busy, queued[renumber], started[renumber], finished[renumber], entered
 
 
 def _critical(msg, links, hser, hlat, queued, bw, rules, slot_node, slot_round, slot_red) -> list:

@@ -149,9 +149,10 @@ def run(algorithm, topology, nbytes: int | None = None, collective: str = "allre
         # the builder's schedule does not depend on the protocol: build it once
         count = count_for(collective, int(nbytes), topology.world_size, isz)
         algorithm = build_schedule(algorithm, topology, collective, count, str(dtype), op, root, **params)
+    prepared: dict = {}  # a schedule's protocol-independent event preparation, shared by the protocols tried
     for proto in tried:
         res = _run_one(algorithm, topology, int(nbytes), collective, dtype, mode, op, root, proto, params,
-                       strict=protocol is not None, trace=trace)
+                       strict=protocol is not None, trace=trace, prepared=prepared)
         if res is None:  # a protocol the algorithm's latency class does not run in
             break
         if best is None or res.time < best.time:
@@ -171,9 +172,10 @@ def _class_of(schedule: Schedule) -> str:
 
 
 def _run_one(algorithm, topology, nbytes: int, collective: str, dtype, mode: str, op: str, root, protocol,
-             params: dict, strict: bool, trace: bool = False) -> SimulationResult | None:
+             params: dict, strict: bool, trace: bool = False, prepared: dict | None = None) -> SimulationResult | None:
     """One protocol's run; None when the schedule's latency class does not run in `protocol` (an error if
-    `strict`: the caller asked for that protocol)."""
+    `strict`: the caller asked for that protocol). `prepared` keeps event.prepare's result per schedule for the
+    next protocol's run of the same schedule."""
     isz = itemsize(dtype)
     if isinstance(algorithm, Schedule):
         schedule = algorithm
@@ -191,7 +193,7 @@ def _run_one(algorithm, topology, nbytes: int, collective: str, dtype, mode: str
         mode = "event" if event.estimate_messages(schedule) <= EVENT_MAX_MESSAGES else "analytic"
     timeline = None
     if mode == "event":
-        res = _event(schedule, rules, trace)
+        res = _event(schedule, rules, trace, prepared)
         res, timeline = res[:5], res[5]
     else:
         res = _analytic(schedule, rules)
@@ -264,8 +266,17 @@ def sweep(algorithm: str, topology, sizes, collective: str = "allreduce", dtype=
     return out
 
 
-def _event(schedule: Schedule, rules: CostRules, trace: bool = False):
-    run = event.run(schedule, rules, timeline=trace)
+def _event(schedule: Schedule, rules: CostRules, trace: bool = False, prepared: dict | None = None):
+    pre = None
+    if prepared is not None:
+        hit = prepared.get(id(schedule))
+        if hit is not None and hit[0] is schedule:
+            pre = hit[1]
+        else:
+            pre = event.prepare(schedule, rules)
+            prepared.clear()  # one schedule at a time: the protocols that share one run one after the other
+            prepared[id(schedule)] = (schedule, pre)  # holding the schedule keeps its id from being reused
+    run = event.run(schedule, rules, timeline=trace, prepared=pre)
     if run.timeline is not None:  # readable names for the trace's processes and tracks
         topo = rules.topology
         nodes = np.unique(np.concatenate([run.timeline["src"], run.timeline["dst"], run.timeline["slot_node"]]))

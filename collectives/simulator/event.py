@@ -85,17 +85,39 @@ class EventRun:
     timeline: dict | None = None  # with run(..., timeline=True): every message's and round's times (trace.py)
 
 
-def run(schedule, rules: CostRules, timeline: bool = False) -> EventRun:
-    """Execute `schedule` event by event on `rules.topology` (`timeline`: keep every message's and every
-    round's times, for a trace)."""
+@dataclass
+class Prepared:
+    """What an event run needs of a schedule on a topology whatever NCCL's protocol (which changes only the hops'
+    bandwidths): the matched messages, their paths, the (node, round) slots, and the messages renumbered in
+    round order for the loop (see `_execute`). The engine prepares a schedule once for the protocols it tries."""
+
+    msg: Messages
+    links: np.ndarray  # (M, H) link ids of each message's path, -1 padded
+    hlat: np.ndarray  # (M, H) each hop's latency
+    slot_ptr: np.ndarray  # slot k holds the messages slot_msg[slot_ptr[k]:slot_ptr[k + 1]]
+    slot_msg: np.ndarray
+    slot_node: np.ndarray
+    slot_round: np.ndarray
+    slot_red_bytes: np.ndarray  # bytes each slot's node reduces
+    num_nodes: int
+    node_first: np.ndarray
+    node_last: np.ndarray
+    tier_bytes: np.ndarray
+    order: np.ndarray  # the loop's message f is message order[f]
+    renumber: np.ndarray  # message i is the loop's message renumber[i]
+    key: np.ndarray  # the loop's start order at equal times: position << POSITION_SHIFT | message id
+
+
+def prepare(schedule, rules: CostRules) -> Prepared:
+    """The protocol-independent part of `run` (it depends on the schedule, the topology and the item size)."""
     msg = match_messages(schedule, rules.itemsize)
     topo = rules.topology
     M = msg.src.size
+    if M >= event_loop.MAX_MESSAGES or (M and int(msg.position.max()) >= event_loop.MAX_POSITION):
+        raise ValueError(f"the event simulator runs fewer than {event_loop.MAX_MESSAGES} messages, each posted "
+                         f"among fewer than {event_loop.MAX_POSITION} of its round; this schedule has {M} "
+                         "messages: use mode='analytic'")
     links = topo.path_links(msg.src, msg.dst) if M else np.zeros((0, 1), np.int64)
-    bw, _ = rules.hop_bandwidth(msg.src[:, None], msg.dst[:, None], links)
-    hser = np.where(links >= 0, msg.nbytes[:, None] / bw, 0.0)
-    hlat = rules.path_latency(links)
-    hbw = np.where(links >= 0, bw, np.inf)
     # (node, round) slots: each message appears in its sender's and its receiver's slot
     node = np.concatenate((msg.src, msg.dst))
     rnd = np.concatenate((msg.round, msg.round))
@@ -105,15 +127,34 @@ def run(schedule, rules: CostRules, timeline: bool = False) -> EventRun:
     node, rnd, mid, red_bytes = node[order], rnd[order], mid[order], red_bytes[order]
     new = np.r_[True, (node[1:] != node[:-1]) | (rnd[1:] != rnd[:-1])] if node.size else np.zeros(0, bool)
     starts = np.flatnonzero(new)
-    slot_ptr = np.r_[starts, node.size].astype(np.int64)
-    slot_node, slot_round = node[starts], rnd[starts]
-    slot_red = (np.add.reduceat(red_bytes, starts) if starts.size else np.zeros(0)) / rules.reduce_rate(slot_node)
+    slot_node = node[starts]
     num_nodes = max(schedule.num_nodes, topo.num_nodes)
-    node_first = np.searchsorted(slot_node, np.arange(num_nodes), side="left").astype(np.int64)
-    node_last = np.searchsorted(slot_node, np.arange(num_nodes), side="right").astype(np.int64)
-    done, busy, queued, started, finished, entered = _execute(num_nodes, msg, links, hbw, hlat.sum(axis=1), slot_ptr,
-                                                              mid.astype(np.int64), slot_red, node_first, node_last,
-                                                              topo.num_links, rules.overlap_reduce)
+    # the loop's numbering: round order, then sender (see _execute)
+    loop_order = np.lexsort((msg.src, msg.round))
+    renumber = np.empty(M, np.int64)
+    renumber[loop_order] = np.arange(M)
+    return Prepared(
+        msg, links, rules.path_latency(links), np.r_[starts, node.size].astype(np.int64), mid.astype(np.int64),
+        slot_node, rnd[starts], np.add.reduceat(red_bytes, starts) if starts.size else np.zeros(0), num_nodes,
+        np.searchsorted(slot_node, np.arange(num_nodes), side="left").astype(np.int64),
+        np.searchsorted(slot_node, np.arange(num_nodes), side="right").astype(np.int64),
+        rules.tier_counts(links, msg.nbytes), loop_order, renumber,
+        (msg.position[loop_order] << event_loop.POSITION_SHIFT) | loop_order)
+
+
+def run(schedule, rules: CostRules, timeline: bool = False, prepared: Prepared | None = None) -> EventRun:
+    """Execute `schedule` event by event on `rules.topology` (`timeline`: keep every message's and every
+    round's times, for a trace). `prepared`: `prepare(schedule, rules)`, if the caller has it already."""
+    pre = prepare(schedule, rules) if prepared is None else prepared
+    msg, links, hlat = pre.msg, pre.links, pre.hlat
+    M = msg.src.size
+    bw, factor = rules.hop_bandwidth(msg.src[:, None], msg.dst[:, None], links)
+    hser = np.where(links >= 0, msg.nbytes[:, None] / bw, 0.0)
+    hbw = np.where(links >= 0, bw, np.inf)
+    slot_red = pre.slot_red_bytes / rules.reduce_rate(pre.slot_node)
+    done, busy, queued, started, finished, entered = _execute(pre, hbw, slot_red, rules.topology.num_links,
+                                                              rules.overlap_reduce)
+    slot_node, slot_round = pre.slot_node, pre.slot_round
     if (done < 0).any():
         k = int(np.flatnonzero(done < 0)[0])
         raise ScheduleError(f"deadlock: node {int(slot_node[k])} never completes round {int(slot_round[k])}",
@@ -124,8 +165,10 @@ def run(schedule, rules: CostRules, timeline: bool = False) -> EventRun:
     phase_end = np.zeros(len(schedule.phases))
     if done.size:
         np.maximum.at(phase_end, phase_of, done)
-    reduce_time = np.bincount(slot_node, weights=slot_red, minlength=num_nodes) if starts.size else np.zeros(num_nodes)
-    critical = _critical(msg, links, hser, hlat, queued, bw, rules, slot_node, slot_round, slot_red)
+    num_nodes = pre.num_nodes
+    reduce_time = np.bincount(slot_node, weights=slot_red, minlength=num_nodes) if slot_node.size else \
+        np.zeros(num_nodes)
+    critical = _critical(msg, links, hser, hlat, queued, bw, factor, rules, slot_node, slot_round, slot_red)
     line = None
     if timeline:
         line = dict(src=msg.src, dst=msg.dst, round=msg.round, nbytes=msg.nbytes, start=started, sent=finished,
@@ -133,30 +176,23 @@ def run(schedule, rules: CostRules, timeline: bool = False) -> EventRun:
                     last_link=links[np.arange(M), np.maximum((links >= 0).sum(axis=1) - 1, 0)] if M else
                     np.zeros(0, np.int64), slot_node=slot_node, slot_round=slot_round, slot_start=entered,
                     slot_end=done, phase_bounds=bounds)
-    return EventRun(total, phase_end, busy, rules.tier_counts(links, msg.nbytes), reduce_time, M, critical, line)
+    return EventRun(total, phase_end, busy, pre.tier_bytes.copy(), reduce_time, M, critical, line)
 
 
-def _execute(num_nodes, msg: Messages, links, hbw, lat, slot_ptr, slot_msg, slot_red, node_first, node_last,
-             num_links: int, overlap: bool):
+def _execute(pre: Prepared, hbw: np.ndarray, slot_red: np.ndarray, num_links: int, overlap: bool):
     """event_loop.run over the messages renumbered in round order (then by sender), so the loop's per-message
     state is read nearly sequentially (in the matching's sender-major order a ring's consecutive events touch
     rows thousands apart); the start order at equal times keeps the messages' own ids, so the result is the
     same to the bit. Per-message outputs come back in the messages' order."""
-    M = msg.src.size
-    if M >= event_loop.MAX_MESSAGES or (M and int(msg.position.max()) >= event_loop.MAX_POSITION):
-        raise ValueError(f"the event simulator orders at most {event_loop.MAX_MESSAGES - 1} messages posted at most "
-                         f"{event_loop.MAX_POSITION} to a round; this schedule has {M}: use mode='analytic'")
-    order = np.lexsort((msg.src, msg.round))
-    renumber = np.empty(M, np.int64)
-    renumber[order] = np.arange(M)
-    key = (msg.position[order] << event_loop.POSITION_SHIFT) | order
+    msg, order, renumber = pre.msg, pre.order, pre.renumber
     done, busy, queued, started, finished, entered = event_loop.run(
-        num_nodes, msg.src[order], msg.dst[order], key, links[order], hbw[order], lat[order], msg.nbytes[order],
-        slot_ptr, renumber[slot_msg], slot_red, node_first, node_last, num_links, overlap)
+        pre.num_nodes, msg.src[order], msg.dst[order], pre.key, pre.links[order], hbw[order],
+        pre.hlat.sum(axis=1)[order], msg.nbytes[order], pre.slot_ptr, renumber[pre.slot_msg], slot_red,
+        pre.node_first, pre.node_last, num_links, overlap)
     return done, busy, queued[renumber], started[renumber], finished[renumber], entered
 
 
-def _critical(msg, links, hser, hlat, queued, bw, rules, slot_node, slot_round, slot_red) -> list:
+def _critical(msg, links, hser, hlat, queued, bw, factor, rules, slot_node, slot_round, slot_red) -> list:
     """Per round, what its slowest message waited for (the analytic simulator's attribution, per message)."""
     M = msg.src.size
     if M == 0:
@@ -165,7 +201,6 @@ def _critical(msg, links, hser, hlat, queued, bw, rules, slot_node, slot_round, 
     rows = np.arange(M)
     ser, lat = hser[rows, hop], hlat.sum(axis=1)
     link = links[rows, hop]
-    _, factor = rules.hop_bandwidth(msg.src[:, None], msg.dst[:, None], links)
     fac = factor[rows, hop]
     slot = np.searchsorted(slot_node * (int(slot_round.max()) + 1) + slot_round,
                            msg.dst * (int(slot_round.max()) + 1) + msg.round)
@@ -195,4 +230,4 @@ def estimate_messages(schedule) -> int:
     return sum(ph.num_rounds * int((ph.groups >= 0).sum()) for ph in schedule.phases)
 
 
-__all__ = ["EventRun", "Messages", "estimate_messages", "match_messages", "run"]
+__all__ = ["EventRun", "Messages", "Prepared", "estimate_messages", "match_messages", "prepare", "run"]

@@ -145,6 +145,11 @@ def _broadcast(value, shape: tuple[int, ...]) -> np.ndarray:
     return out
 
 
+def evaluate_peer(slot: Slot, shape: tuple[int, ...]) -> np.ndarray:
+    """A slot's peer broadcast to `shape` (int64, read-only): whether the lane is busy at all, before the rest."""
+    return _broadcast(slot.peer, shape)
+
+
 def evaluate_slot(slot: Slot, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Broadcast a slot's peer, chunk and nchunks to `shape` as int64 arrays (read-only)."""
     return _broadcast(slot.peer, shape), _broadcast(slot.chunk, shape), _broadcast(slot.nchunks, shape)

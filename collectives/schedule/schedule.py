@@ -12,7 +12,7 @@ from ..errors import ScheduleError
 from . import collective as contract
 from .chunks import ChunkTable
 from .ops import OpKind, Program
-from .phase import Phase, evaluate_remote, evaluate_slot
+from .phase import Phase, evaluate_peer, evaluate_remote, evaluate_slot
 from .regions import Regions
 
 
@@ -161,22 +161,26 @@ class Schedule:
                         continue
                 lanes = []  # (order, kind, iterations, peer members, first chunk, chunks, remote chunk or None)
                 for order, slot in enumerate(rnd.slots(m, its)):
-                    peer, chunk, nchunks = evaluate_slot(slot, its.shape)
+                    peer = evaluate_peer(slot, its.shape)
                     active = peer >= 0
                     if not active.any():
                         continue
-                    peer_m = peer[active]
-                    if int(peer_m.max()) >= members.size:
-                        it = int(its[active][np.argmax(peer_m)])
+                    every = active.all()  # then the lane needs no masking
+                    lane_its, peer = (its, peer) if every else (its[active], peer[active])
+                    if int(peer.max()) >= members.size:
+                        it = int(lane_its[np.argmax(peer)])
                         raise ScheduleError(
                             f"node {node}: phase {phase.name!r}, round {base + it}, slot {order} names peer member "
-                            f"{int(peer_m.max())} but its group has members 0..{members.size - 1}",
+                            f"{int(peer.max())} but its group has members 0..{members.size - 1}",
                             node=node, round=base + it)
+                    _, chunk, nchunks = evaluate_slot(slot, its.shape)
                     rchunk = evaluate_remote(slot, its.shape)
                     if rchunk is None and not isinstance(phase.chunks, ChunkTable):
                         rchunk = chunk  # the same chunk id, in the peer's row of a per-member table
-                    lanes.append((order, int(slot.kind), its[active], peer_m, chunk[active], nchunks[active],
-                                  None if rchunk is None else rchunk[active]))
+                    if not every:
+                        chunk, nchunks = chunk[active], nchunks[active]
+                        rchunk = None if rchunk is None else rchunk[active]
+                    lanes.append((order, int(slot.kind), lane_its, peer, chunk, nchunks, rchunk))
                 if lanes:
                     cols.append(self._lane_columns(phase, g, m, members, base, lanes))
                 base += rnd.repeats

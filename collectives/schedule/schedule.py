@@ -20,7 +20,9 @@ from .regions import Regions
 class Schedule:
     """Phases of rounds over `num_nodes` nodes: ranks 0..world_size-1, then switch nodes (if any).
 
-    `program(node)` expands one node's operations on demand; nothing here holds every node's program.
+    `program(node)` expands one node's operations on demand; only `expand` (every node's program in one table,
+    which the verifier, the emulator and the event simulator read) keeps its table on a schedule of up to
+    expand.KEEP_MAX_OPS operations, so a schedule is not modified once built.
     `notes` records decisions a user should see (for example why in-network reduction fell back).
     `regions` declares a work-buffer layout beyond the contract's (see regions.py), `counts` is an alltoallv's
     p x p matrix, and `op_origin(node, index)` names where op `index` of a node's program came from (an imported
@@ -41,6 +43,7 @@ class Schedule:
     regions: Regions | None = None
     counts: np.ndarray | None = None
     op_origin: Callable[[int, int], str | None] | None = field(default=None, repr=False)
+    _expansion: Any = field(default=None, init=False, repr=False, compare=False)  # expand.py keeps its table here
 
     def __post_init__(self) -> None:
         contract.check_shape(self.collective, self.world_size, self.count, self.root, self.counts)

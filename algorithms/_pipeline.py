@@ -183,10 +183,17 @@ def pipelined_phase(name: str, nodes: np.ndarray, table: ChunkTable, lanes: list
         if not member_lanes:
             member_lanes.append(_member_lanes(lanes, M))
         ptr, lane_of, pos_of = member_lanes[0]
+        rounds = np.asarray(t)
+        if rounds.size == 0:
+            return []
+        t_first, t_last = int(rounds.min()), int(rounds.max())
         out = []
         for j in range(ptr[m], ptr[m + 1]):  # m's lanes, in the lanes' order
             ln, at = lanes[lane_of[j]], pos_of[j]
-            piece = _piece(t, ln.lags[at], ln.period)
+            lag = int(ln.lags[at])
+            if lag > t_last or lag + ln.period * (pieces - 1) < t_first:
+                continue  # no piece of this lane in these rounds: an idle slot, left out
+            piece = _piece(t, lag, ln.period)
             on = (piece >= 0) & (piece < pieces)
             safe = np.minimum(np.maximum(piece, 0), max(pieces - 1, 0))
             first, count = ln.chunks(safe, np.int64(at))

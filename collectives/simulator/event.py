@@ -100,12 +100,16 @@ class Prepared:
     slot_round: np.ndarray
     slot_red_bytes: np.ndarray  # bytes each slot's node reduces
     num_nodes: int
-    node_first: np.ndarray
-    node_last: np.ndarray
     tier_bytes: np.ndarray
     order: np.ndarray  # the loop's message f is message order[f]
     renumber: np.ndarray  # message i is the loop's message renumber[i]
     key: np.ndarray  # the loop's start order at equal times: position << POSITION_SHIFT | message id
+    slot_order: np.ndarray  # the loop's slot s is slot slot_order[s] (round-major)
+    slot_renumber: np.ndarray  # slot k is the loop's slot slot_renumber[k]
+    loop_ptr: np.ndarray  # the loop's slots: loop messages loop_msg[loop_ptr[s]:loop_ptr[s + 1]]
+    loop_msg: np.ndarray
+    first_slot: np.ndarray  # per node: its first loop slot (-1: none)
+    next_slot: np.ndarray  # per loop slot: the same node's next loop slot (-1: none)
 
 
 def prepare(schedule, rules: CostRules) -> Prepared:
@@ -129,17 +133,33 @@ def prepare(schedule, rules: CostRules) -> Prepared:
     starts = np.flatnonzero(new)
     slot_node = node[starts]
     num_nodes = max(schedule.num_nodes, topo.num_nodes)
-    # the loop's numbering: round order, then sender (see _execute)
+    slot_ptr, slot_msg, slot_round = np.r_[starts, node.size].astype(np.int64), mid.astype(np.int64), rnd[starts]
+    # the loop's numbering of messages and slots: round order, then node (see _execute)
     loop_order = np.lexsort((msg.src, msg.round))
-    renumber = np.empty(M, np.int64)
-    renumber[loop_order] = np.arange(M)
+    renumber = _inverse(loop_order)
+    slot_order = np.lexsort((slot_node, slot_round))
+    slot_renumber = _inverse(slot_order)
+    sizes = np.diff(slot_ptr)[slot_order]
+    loop_ptr = np.r_[0, np.cumsum(sizes)].astype(np.int64)
+    at = np.repeat(slot_ptr[:-1][slot_order] - loop_ptr[:-1], sizes) + np.arange(int(loop_ptr[-1]))
+    same_node = np.r_[slot_node[1:] == slot_node[:-1], False] if slot_node.size else np.zeros(0, bool)
+    next_slot = np.full(slot_node.size, -1, np.int64)
+    next_slot[slot_renumber[same_node]] = slot_renumber[np.flatnonzero(same_node) + 1]
+    first_slot = np.full(num_nodes, -1, np.int64)
+    firsts = np.flatnonzero(~np.r_[False, same_node[:-1]]) if slot_node.size else np.zeros(0, np.int64)
+    first_slot[slot_node[firsts]] = slot_renumber[firsts]
     return Prepared(
-        msg, links, rules.path_latency(links), np.r_[starts, node.size].astype(np.int64), mid.astype(np.int64),
-        slot_node, rnd[starts], np.add.reduceat(red_bytes, starts) if starts.size else np.zeros(0), num_nodes,
-        np.searchsorted(slot_node, np.arange(num_nodes), side="left").astype(np.int64),
-        np.searchsorted(slot_node, np.arange(num_nodes), side="right").astype(np.int64),
+        msg, links, rules.path_latency(links), slot_ptr, slot_msg, slot_node, slot_round,
+        np.add.reduceat(red_bytes, starts) if starts.size else np.zeros(0), num_nodes,
         rules.tier_counts(links, msg.nbytes), loop_order, renumber,
-        (msg.position[loop_order] << event_loop.POSITION_SHIFT) | loop_order)
+        (msg.position[loop_order] << event_loop.POSITION_SHIFT) | loop_order, slot_order, slot_renumber, loop_ptr,
+        renumber[slot_msg[at]], first_slot, next_slot)
+
+
+def _inverse(permutation: np.ndarray) -> np.ndarray:
+    out = np.empty(permutation.size, np.int64)
+    out[permutation] = np.arange(permutation.size)
+    return out
 
 
 def run(schedule, rules: CostRules, timeline: bool = False, prepared: Prepared | None = None) -> EventRun:
@@ -180,16 +200,17 @@ def run(schedule, rules: CostRules, timeline: bool = False, prepared: Prepared |
 
 
 def _execute(pre: Prepared, hbw: np.ndarray, slot_red: np.ndarray, num_links: int, overlap: bool):
-    """event_loop.run over the messages renumbered in round order (then by sender), so the loop's per-message
-    state is read nearly sequentially (in the matching's sender-major order a ring's consecutive events touch
-    rows thousands apart); the start order at equal times keeps the messages' own ids, so the result is the
-    same to the bit. Per-message outputs come back in the messages' order."""
+    """event_loop.run over the messages and slots renumbered in round order (then by node), so the loop's
+    per-message and per-slot state is read nearly sequentially (in the matching's node-major order a ring's
+    consecutive events touch rows thousands apart); the start order at equal times keeps the messages' own
+    ids, so the result is the same to the bit. Outputs come back in the messages' and slots' order."""
     msg, order, renumber = pre.msg, pre.order, pre.renumber
     done, busy, queued, started, finished, entered = event_loop.run(
         pre.num_nodes, msg.src[order], msg.dst[order], pre.key, pre.links[order], hbw[order],
-        pre.hlat.sum(axis=1)[order], msg.nbytes[order], pre.slot_ptr, renumber[pre.slot_msg], slot_red,
-        pre.node_first, pre.node_last, num_links, overlap)
-    return done, busy, queued[renumber], started[renumber], finished[renumber], entered
+        pre.hlat.sum(axis=1)[order], msg.nbytes[order], pre.loop_ptr, pre.loop_msg, slot_red[pre.slot_order],
+        pre.first_slot, pre.next_slot, num_links, overlap)
+    keep = pre.slot_renumber
+    return done[keep], busy, queued[renumber], started[renumber], finished[renumber], entered[keep]
 
 
 def _critical(msg, links, hser, hlat, queued, bw, factor, rules, slot_node, slot_round, slot_red) -> list:

@@ -117,7 +117,7 @@ def _rerate_sharers(f, t, links, hbw, nflow, head, nxt, rem, rate, last, ver, ac
 
 @_compiled
 def _complete(v, t, is_send, k, overlap, send_end, recv_end, recv_first, slot_red, pending, done, ready, cur,
-              node_last, slot_ptr, slot_msg, msrc, mdst, mkey, ends, entered, ht, hk, hm, hv, n):
+              next_slot, slot_ptr, slot_msg, msrc, mdst, mkey, ends, entered, ht, hk, hm, hv, n):
     """One end of a message is done at t: the sender's bytes have left, or the receiver's have landed."""
     if is_send:
         send_end[k] = max(send_end[k], t)
@@ -131,15 +131,15 @@ def _complete(v, t, is_send, k, overlap, send_end, recv_end, recv_first, slot_re
             end = max(send_end[k], recv_end[k] + slot_red[k])
         done[k] = end
         ready[v] = end
-        cur[v] += 1
-        if cur[v] < node_last[v]:
+        cur[v] = next_slot[k]
+        if cur[v] >= 0:
             n = _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, mkey, ends, send_end, recv_end, entered,
                        ht, hk, hm, hv, n)
     return n
 
 
 @_compiled
-def _events(msrc, mdst, mkey, links, hbw, lat, nbytes, slot_ptr, slot_msg, slot_red, node_last, overlap, ready, cur,
+def _events(msrc, mdst, mkey, links, hbw, lat, nbytes, slot_ptr, slot_msg, slot_red, next_slot, overlap, ready, cur,
             ends, pending, send_end, recv_end, recv_first, done, busy, queued, started, finished, entered, rem, rate,
             last, ver, active, nflow, head, nxt, prv, ht, hk, hm, hv, n, nactive, room):
     """Process events until none is left (returns n = 0) or the heap may lack room for the next event's pushes
@@ -159,7 +159,7 @@ def _events(msrc, mdst, mkey, links, hbw, lat, nbytes, slot_ptr, slot_msg, slot_
             if links[f, 0] < 0 or nbytes[f] <= 0.0:  # nothing to stream: the message is sent at once
                 finished[f] = t
                 n = _complete(msrc[f], t, True, cur[msrc[f]], overlap, send_end, recv_end, recv_first, slot_red,
-                              pending, done, ready, cur, node_last, slot_ptr, slot_msg, msrc, mdst, mkey, ends,
+                              pending, done, ready, cur, next_slot, slot_ptr, slot_msg, msrc, mdst, mkey, ends,
                               entered, ht, hk, hm, hv, n)
                 n = _push(ht, hk, hm, hv, n, t + lat[f], (ARRIVE << KIND_SHIFT) | (mkey[f] & (MAX_MESSAGES - 1)),
                           f, 0)
@@ -206,27 +206,28 @@ def _events(msrc, mdst, mkey, links, hbw, lat, nbytes, slot_ptr, slot_msg, slot_
             n = _rerate_sharers(f, t, links, hbw, nflow, head, nxt, rem, rate, last, ver, active, mkey, ht, hk, hm,
                                 hv, n)
             n = _complete(msrc[f], t, True, cur[msrc[f]], overlap, send_end, recv_end, recv_first, slot_red, pending,
-                          done, ready, cur, node_last, slot_ptr, slot_msg, msrc, mdst, mkey, ends, entered, ht, hk,
+                          done, ready, cur, next_slot, slot_ptr, slot_msg, msrc, mdst, mkey, ends, entered, ht, hk,
                           hm, hv, n)
             n = _push(ht, hk, hm, hv, n, t + lat[f], (ARRIVE << KIND_SHIFT) | (mkey[f] & (MAX_MESSAGES - 1)), f, 0)
         else:  # ARRIVE: the last byte has landed
             n = _complete(mdst[f], t, False, cur[mdst[f]], overlap, send_end, recv_end, recv_first, slot_red,
-                          pending, done, ready, cur, node_last, slot_ptr, slot_msg, msrc, mdst, mkey, ends, entered,
+                          pending, done, ready, cur, next_slot, slot_ptr, slot_msg, msrc, mdst, mkey, ends, entered,
                           ht, hk, hm, hv, n)
     return n, nactive
 
 
 @numba.njit(cache=True)
-def run(num_nodes, msrc, mdst, mkey, links, hbw, lat, nbytes, slot_ptr, slot_msg, slot_red, node_first, node_last,
+def run(num_nodes, msrc, mdst, mkey, links, hbw, lat, nbytes, slot_ptr, slot_msg, slot_red, first_slot, next_slot,
         num_links, overlap):
     """Execute the messages; per slot (done, entered) and per message (queued, started, finished) times and per
     link busy seconds. Message f runs msrc[f] -> mdst[f] over links[f] (-1 pads) at hop bandwidths hbw[f];
     mkey[f] = position << POSITION_SHIFT | id orders its start among those at the same time. Slot k (a node's
-    round) holds messages slot_msg[slot_ptr[k]:slot_ptr[k + 1]]; node v's slots are node_first[v]..node_last[v]."""
+    round) holds messages slot_msg[slot_ptr[k]:slot_ptr[k + 1]]; node v's rounds are slot first_slot[v], then
+    next_slot[k] after slot k, until -1."""
     M, H = links.shape
     nslots = slot_ptr.size - 1
     ready = np.zeros(num_nodes)
-    cur = node_first.copy()
+    cur = first_slot.copy()
     ends = np.zeros(M, np.int64)
     pending = slot_ptr[1:] - slot_ptr[:-1]
     send_end = np.zeros(nslots)
@@ -251,7 +252,7 @@ def run(num_nodes, msrc, mdst, mkey, links, hbw, lat, nbytes, slot_ptr, slot_msg
     ht, hk, hm, hv = np.empty(cap), np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64)
     n = 0
     for v in range(num_nodes):
-        if cur[v] < node_last[v]:
+        if cur[v] >= 0:
             n = _enter(v, ready, cur, slot_ptr, slot_msg, msrc, mdst, mkey, ends, send_end, recv_end, entered,
                        ht, hk, hm, hv, n)
     nactive = 0
@@ -259,7 +260,7 @@ def run(num_nodes, msrc, mdst, mkey, links, hbw, lat, nbytes, slot_ptr, slot_msg
     for k in range(nslots):
         room = max(room, pending[k] + 2)
     while True:
-        n, nactive = _events(msrc, mdst, mkey, links, hbw, lat, nbytes, slot_ptr, slot_msg, slot_red, node_last,
+        n, nactive = _events(msrc, mdst, mkey, links, hbw, lat, nbytes, slot_ptr, slot_msg, slot_red, next_slot,
                              overlap, ready, cur, ends, pending, send_end, recv_end, recv_first, done, busy, queued,
                              started, finished, entered, rem, rate, last, ver, active, nflow, head, nxt, prv,
                              ht, hk, hm, hv, n, nactive, room)

@@ -51,7 +51,7 @@ def expand(schedule: Schedule) -> OpTable:
     sizes = np.array([len(p) for p in progs], dtype=np.int64)
     node = np.repeat(np.arange(schedule.num_nodes, dtype=np.int64), sizes)
     index = np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    cat = lambda f, dt: (np.concatenate([getattr(p, f) for p in progs]).astype(dt) if progs  # noqa: E731
+    cat = lambda f, dt: (np.concatenate([getattr(p, f) for p in progs]).astype(dt, copy=False) if progs  # noqa: E731
                          else np.zeros(0, dt))
     table = OpTable(node, index, cat("round", np.int64), cat("kind", np.int8), cat("peer", np.int64),
                     cat("start", np.int64), cat("stop", np.int64), cat("remote", np.int64),

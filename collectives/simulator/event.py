@@ -40,13 +40,32 @@ class Messages:
     position: np.ndarray  # the send's place among its sender's operations of the round (0 = posted first)
 
 
+def sort_by_pair(major: np.ndarray, minor: np.ndarray, size: int) -> np.ndarray:
+    """np.lexsort((minor, major)): a stable sort of the one key major * size + minor (several times faster than
+    lexsort on millions of rows) where 0 <= minor < size, major >= 0 and the key fits, else lexsort."""
+    if major.size == 0:
+        return np.zeros(0, np.int64)
+    if (min(int(major.min()), int(minor.min())) >= 0 and int(minor.max()) < size
+            and (int(major.max()) + 1) * size < 1 << 62):
+        return np.argsort(major * size + minor, kind="stable")
+    return np.lexsort((minor, major))
+
+
 def match_messages(schedule, itemsize: int) -> Messages:
     """Pair every send with its receive; raise ScheduleError naming the first unmatched operation."""
     ops = expand(schedule)
     send = ops.kind == int(OpKind.SEND)
     s_idx, r_idx = np.flatnonzero(send), np.flatnonzero(~send)
-    s_idx = s_idx[np.lexsort((ops.index[s_idx], ops.round[s_idx], ops.peer[s_idx], ops.node[s_idx]))]
-    r_idx = r_idx[np.lexsort((ops.index[r_idx], ops.round[r_idx], ops.node[r_idx], ops.peer[r_idx]))]
+    # sends by (sender, receiver, round, program order), receives by (sender, receiver, round, program order)
+    if len(ops) and np.all((ops.node[1:] != ops.node[:-1]) | (ops.round[1:] >= ops.round[:-1])):
+        # the table's rows run in program order, rounds never decreasing within a node (Schedule.program):
+        # a stable sort by the pair keeps (round, program order) within it
+        n = int(max(ops.node.max(), ops.peer.max())) + 1
+        s_idx = s_idx[sort_by_pair(ops.node[s_idx], ops.peer[s_idx], n)]
+        r_idx = r_idx[sort_by_pair(ops.peer[r_idx], ops.node[r_idx], n)]
+    else:
+        s_idx = s_idx[np.lexsort((ops.index[s_idx], ops.round[s_idx], ops.peer[s_idx], ops.node[s_idx]))]
+        r_idx = r_idx[np.lexsort((ops.index[r_idx], ops.round[r_idx], ops.node[r_idx], ops.peer[r_idx]))]
     if s_idx.size != r_idx.size or not (
             np.array_equal(ops.node[s_idx], ops.peer[r_idx]) and np.array_equal(ops.peer[s_idx], ops.node[r_idx])
             and np.array_equal(ops.round[s_idx], ops.round[r_idx])):
@@ -127,7 +146,8 @@ def prepare(schedule, rules: CostRules) -> Prepared:
     rnd = np.concatenate((msg.round, msg.round))
     mid = np.concatenate((np.arange(M), np.arange(M)))
     red_bytes = np.concatenate((np.zeros(M), np.where(msg.reduce, msg.nbytes, 0.0)))
-    order = np.lexsort((rnd, node))
+    rounds = int(rnd.max()) + 1 if rnd.size else 1
+    order = sort_by_pair(node, rnd, rounds)
     node, rnd, mid, red_bytes = node[order], rnd[order], mid[order], red_bytes[order]
     new = np.r_[True, (node[1:] != node[:-1]) | (rnd[1:] != rnd[:-1])] if node.size else np.zeros(0, bool)
     starts = np.flatnonzero(new)
@@ -135,9 +155,9 @@ def prepare(schedule, rules: CostRules) -> Prepared:
     num_nodes = max(schedule.num_nodes, topo.num_nodes)
     slot_ptr, slot_msg, slot_round = np.r_[starts, node.size].astype(np.int64), mid.astype(np.int64), rnd[starts]
     # the loop's numbering of messages and slots: round order, then node (see _execute)
-    loop_order = np.lexsort((msg.src, msg.round))
+    loop_order = sort_by_pair(msg.round, msg.src, num_nodes)
     renumber = _inverse(loop_order)
-    slot_order = np.lexsort((slot_node, slot_round))
+    slot_order = sort_by_pair(slot_round, slot_node, num_nodes)
     slot_renumber = _inverse(slot_order)
     sizes = np.diff(slot_ptr)[slot_order]
     loop_ptr = np.r_[0, np.cumsum(sizes)].astype(np.int64)

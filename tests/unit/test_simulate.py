@@ -221,3 +221,13 @@ def test_full_scale_ring_is_one_round():
 def test_bad_mode():
     with pytest.raises(ValueError, match="mode"):
         simulate("ring", fully_connected(4), 16, mode="fast")
+
+
+def test_sort_by_pair_is_lexsort():
+    """The event simulator's one-key sort orders exactly as np.lexsort, also where it falls back to it."""
+    from collectives.simulator.event import sort_by_pair
+
+    rng = np.random.default_rng(3)
+    major, minor = rng.integers(0, 40, 5000), rng.integers(0, 9, 5000)
+    for a, b, size in ((major, minor, 9), (major, minor - 4, 9), (major << 58, minor, 9), (major[:0], minor[:0], 9)):
+        assert np.array_equal(sort_by_pair(a, b, size), np.lexsort((b, a)))

@@ -120,6 +120,23 @@ def _index(lanes: list[Lane], M: int, pieces: int):
     return value
 
 
+def _member_lanes(lanes: list[Lane], M: int) -> tuple[list[int], list[int], list[int]]:
+    """Every member's lanes, so a member's program visits only those: entries (lane index, position of the
+    member in the lane) grouped by member and, per member, in the lanes' order; member m's entries are
+    [ptr[m], ptr[m + 1]). A member listed twice in a lane keeps its first position (as a search would find)."""
+    sizes = [ln.size for ln in lanes]
+    members = np.concatenate([ln.members for ln in lanes]) if lanes else np.zeros(0, np.int64)
+    lane_of = np.repeat(np.arange(len(lanes), dtype=np.int64), sizes)
+    pos_of = np.concatenate([np.arange(n, dtype=np.int64) for n in sizes]) if lanes else np.zeros(0, np.int64)
+    order = np.argsort(members, kind="stable")  # lane-major input: per member, lanes in order
+    members, lane_of, pos_of = members[order], lane_of[order], pos_of[order]
+    first = np.r_[True, (members[1:] != members[:-1]) | (lane_of[1:] != lane_of[:-1])] if members.size else \
+        np.zeros(0, bool)
+    members, lane_of, pos_of = members[first], lane_of[first], pos_of[first]
+    ptr = np.searchsorted(members, np.arange(M + 1), side="left")
+    return ptr.tolist(), lane_of.tolist(), pos_of.tolist()
+
+
 def _piece(t, lag, period: int):
     """The piece a member of lag `lag` works on in round t (-1 between pieces of a periodic lane)."""
     d = np.asarray(t) - lag
@@ -160,15 +177,25 @@ def pipelined_phase(name: str, nodes: np.ndarray, table: ChunkTable, lanes: list
     indexed, top, lo_lag, hi_lag = _index(lanes, M, pieces)
     periodic = any(ln.period > 1 for ln in lanes)
 
+    member_lanes = []  # filled on the first one_member call: (bounds per member, lane, position per entry)
+
     def one_member(m: int, t):
+        if not member_lanes:
+            member_lanes.append(_member_lanes(lanes, M))
+        ptr, lane_of, pos_of = member_lanes[0]
+        rounds = np.asarray(t)
+        if rounds.size == 0:
+            return []
+        t_first, t_last = int(rounds.min()), int(rounds.max())
         out = []
-        for ln in lanes:
-            at = int(np.searchsorted(ln.members, m))
-            if at >= ln.size or ln.members[at] != m:
-                continue
-            piece = _piece(t, ln.lags[at], ln.period)
+        for j in range(ptr[m], ptr[m + 1]):  # m's lanes, in the lanes' order
+            ln, at = lanes[lane_of[j]], pos_of[j]
+            lag = int(ln.lags[at])
+            if lag > t_last or lag + ln.period * (pieces - 1) < t_first:
+                continue  # no piece of this lane in these rounds: an idle slot, left out
+            piece = _piece(t, lag, ln.period)
             on = (piece >= 0) & (piece < pieces)
-            safe = np.clip(piece, 0, max(pieces - 1, 0))
+            safe = np.minimum(np.maximum(piece, 0), max(pieces - 1, 0))
             first, count = ln.chunks(safe, np.int64(at))
             on = on & (np.asarray(count) > 0)  # a range of no chunks is no message (at both ends alike)
             out.append(ln.kind(np.where(on, ln.peers[at], -1), first, count))

@@ -53,7 +53,7 @@ def binomial_rounds(p: int, chunks: int, stages: list[tuple[int, bool]]) -> list
         for i, (k, upward) in enumerate(stages):
             seg = t - i
             on = (seg >= 0) & (seg < chunks)
-            seg = np.clip(seg, 0, chunks - 1)
+            seg = np.minimum(np.maximum(seg, 0), chunks - 1)
             low = np.bitwise_and(v, (2 << k) - 1)
             is_parent = (low == 0) & (v + (1 << k) < p)  # receives (reduce) / sends (broadcast) at step k
             is_child = low == (1 << k)  # its parent v - 2^k exists since v >= 2^k

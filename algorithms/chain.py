@@ -55,7 +55,7 @@ def chain_rounds(p: int, chunks: int, upward: bool, downward: bool) -> list[Roun
     def segment(t, lag, peer, exists):
         seg = t - lag
         on = exists & (seg >= 0) & (seg < chunks)
-        return np.where(on, peer, -1), np.clip(seg, 0, chunks - 1)
+        return np.where(on, peer, -1), np.minimum(np.maximum(seg, 0), chunks - 1)
 
     def slots(d, t):
         d = np.asarray(d)

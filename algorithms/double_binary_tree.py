@@ -110,7 +110,7 @@ def dbt_rounds(trees: tuple[Tree, Tree], chunks: int) -> list[Round]:
 
     def active(b, peer, seg):
         """(peer, chunk id) of segment `seg` of block b; idle where there is no peer or no such segment."""
-        return np.where((peer >= 0) & (seg >= 0) & (seg < chunks), peer, -1), b * chunks + np.clip(seg, 0, chunks - 1)
+        return np.where((peer >= 0) & (seg >= 0) & (seg < chunks), peer, -1), b * chunks + np.minimum(np.maximum(seg, 0), chunks - 1)
 
     def lanes():
         """Per lane (in slot order): (block, kind, peer of every member, key): member m works on segment

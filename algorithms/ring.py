@@ -47,7 +47,7 @@ def ring_round(p: int, waves: int, steps: int, step_slots) -> Round:
         for s in range(waves):
             step = np.asarray(it) - s
             on = (step >= 0) & (step < steps)
-            out += step_slots(m, np.clip(step, 0, max(steps - 1, 0)), s, on)
+            out += step_slots(m, np.minimum(np.maximum(step, 0), max(steps - 1, 0)), s, on)
         return out
 
     return Round(slots, repeats=(steps + waves - 1) if steps else 0, uniform=waves == 1, name="ring step")

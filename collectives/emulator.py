@@ -21,6 +21,7 @@ from .kernels._dtypes import HALF_CODES
 from .reduction import check_op, finalize
 from .schedule import OpKind, Schedule
 from .schedule.collective import REDUCING
+from .schedule.expand import node_programs
 
 
 def _check_inputs(schedule: Schedule, inputs: Sequence[np.ndarray]) -> np.dtype:
@@ -78,8 +79,8 @@ def emulate(schedule: Schedule, inputs: Sequence[np.ndarray], op: str = "sum", *
             work[r][rng[0]:rng[1]] = np.asarray(inputs[r]).reshape(-1).astype(work_dtype)
 
     by_round: dict[int, list[tuple[int, list]]] = defaultdict(list)
-    for node in range(n):
-        for rnd, ops in schedule.program(node).rounds():
+    for node, program in enumerate(node_programs(schedule)):  # expand's table, kept for the next executor
+        for rnd, ops in program.rounds():
             by_round[rnd].append((node, ops))
     in_flight: dict[tuple[int, int], deque] = defaultdict(deque)  # (src, dst) -> payloads in send order
     for rnd in sorted(by_round):

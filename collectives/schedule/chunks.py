@@ -105,7 +105,7 @@ class BlockTable:
     def _chunk(self, group, member, chunk, end: bool):
         block, s = np.divmod(np.asarray(chunk, dtype=np.int64), self.sub)
         inside = (block >= 0) & (block < self.blocks)
-        start, size = self.layout(group, member, np.clip(block, 0, self.blocks - 1))
+        start, size = self.layout(group, member, np.minimum(np.maximum(block, 0), self.blocks - 1))
         start, size = np.asarray(start, dtype=np.int64), np.asarray(size, dtype=np.int64)
         if np.any(~inside):
             raise ValueError(f"chunk ids must be in [0, {self.nchunks}), got {np.asarray(chunk)[~inside].ravel()[:4]}")

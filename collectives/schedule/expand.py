@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .ops import OpKind
+from .ops import OpKind, Program
 from .schedule import Schedule
 
 _COLUMNS = ("node", "index", "round", "kind", "peer", "start", "stop", "remote")
@@ -34,16 +34,51 @@ class OpTable:
         return OpTable(*(getattr(self, f)[rows] for f in _COLUMNS), origin=self.origin)
 
 
+KEEP_MAX_OPS = 1 << 18  # a schedule keeps its expansion up to this many operations (~15 MB)
+
+
 def expand(schedule: Schedule) -> OpTable:
+    """Every node's program in one table (read-only arrays). The verifier, the emulator and the event simulator
+    all expand the schedule they are given, so a schedule keeps its table (up to KEEP_MAX_OPS operations) for
+    the next of them: a schedule is built once and not modified (its phases, their groups, chunk tables and
+    rounds are compared by identity, so replacing any of them expands anew)."""
+    shape = _shape(schedule)
+    kept = schedule._expansion
+    if kept is not None and kept[0][0] == shape[0] and len(kept[0][1]) == len(shape[1]) and all(
+            a is b for a, b in zip(kept[0][1], shape[1], strict=True)):
+        return kept[1]
     progs = [schedule.program(n) for n in range(schedule.num_nodes)]
     sizes = np.array([len(p) for p in progs], dtype=np.int64)
     node = np.repeat(np.arange(schedule.num_nodes, dtype=np.int64), sizes)
     index = np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    cat = lambda f, dt: (np.concatenate([getattr(p, f) for p in progs]).astype(dt) if progs  # noqa: E731
+    cat = lambda f, dt: (np.concatenate([getattr(p, f) for p in progs]).astype(dt, copy=False) if progs  # noqa: E731
                          else np.zeros(0, dt))
-    return OpTable(node, index, cat("round", np.int64), cat("kind", np.int8), cat("peer", np.int64),
-                   cat("start", np.int64), cat("stop", np.int64), cat("remote", np.int64),
-                   origin=schedule.origin if schedule.op_origin is not None else None)
+    table = OpTable(node, index, cat("round", np.int64), cat("kind", np.int8), cat("peer", np.int64),
+                    cat("start", np.int64), cat("stop", np.int64), cat("remote", np.int64),
+                    origin=schedule.origin if schedule.op_origin is not None else None)
+    for f in _COLUMNS:
+        getattr(table, f).flags.writeable = False  # shared by every caller
+    schedule._expansion = (shape, table) if len(table) <= KEEP_MAX_OPS else None
+    return table
+
+
+def _shape(schedule: Schedule) -> tuple[tuple, tuple]:
+    """What a schedule's programs are made of: its sizes, and its parts as objects (kept alive with the table,
+    so comparing them by identity is sound)."""
+    parts: list = [schedule.phases, schedule.op_origin]
+    sizes = [schedule.num_nodes, schedule.world_size, schedule.count, len(schedule.phases)]
+    for ph in schedule.phases:
+        parts += [ph, ph.groups, ph.chunks, ph.rounds, *ph.rounds]
+        sizes.append(len(ph.rounds))
+    return tuple(sizes), tuple(parts)
+
+
+def node_programs(schedule: Schedule) -> list[Program]:
+    """Every node's program, sliced from `expand`'s table (what [schedule.program(n) for each node] gives)."""
+    t = expand(schedule)
+    bounds = np.searchsorted(t.node, np.arange(schedule.num_nodes + 1)).tolist()
+    return [Program(n, t.round[a:b], t.kind[a:b], t.peer[a:b], t.start[a:b], t.stop[a:b], t.remote[a:b])
+            for n, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True))]
 
 
 def pair_sequence(src: np.ndarray, dst: np.ndarray, rnd: np.ndarray | None, order: np.ndarray) -> np.ndarray:

@@ -131,16 +131,36 @@ class Phase:
         return g, m
 
 
+def _broadcast(value, shape: tuple[int, ...]) -> np.ndarray:
+    """`value` (an int or an integer array) as an int64 array of `shape`, read-only. Program expansion calls this
+    a million times per test run with small arrays, so the common cases skip np.broadcast_to's generic path:
+    a Python int becomes a filled array, an int64 array of the right shape is returned as a read-only view."""
+    if type(value) is int or isinstance(value, np.integer):
+        out = np.full(shape, value, np.int64)
+    else:
+        a = np.asarray(value, dtype=np.int64)
+        if a.shape == shape:
+            out = a.view()
+        elif a.ndim == 0:
+            out = np.full(shape, a, np.int64)
+        else:
+            return np.broadcast_to(a, shape)
+    out.flags.writeable = False
+    return out
+
+
+def evaluate_peer(slot: Slot, shape: tuple[int, ...]) -> np.ndarray:
+    """A slot's peer broadcast to `shape` (int64, read-only): whether the lane is busy at all, before the rest."""
+    return _broadcast(slot.peer, shape)
+
+
 def evaluate_slot(slot: Slot, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Broadcast a slot's peer, chunk and nchunks to `shape` as int64 arrays."""
-    peer = np.broadcast_to(np.asarray(slot.peer, dtype=np.int64), shape)
-    chunk = np.broadcast_to(np.asarray(slot.chunk, dtype=np.int64), shape)
-    nchunks = np.broadcast_to(np.asarray(slot.nchunks, dtype=np.int64), shape)
-    return peer, chunk, nchunks
+    """Broadcast a slot's peer, chunk and nchunks to `shape` as int64 arrays (read-only)."""
+    return _broadcast(slot.peer, shape), _broadcast(slot.chunk, shape), _broadcast(slot.nchunks, shape)
 
 
 def evaluate_remote(slot: Slot, shape: tuple[int, ...]) -> np.ndarray | None:
-    """A slot's remote chunk broadcast to `shape` (int64), or None when it is the slot's own chunk."""
+    """A slot's remote chunk broadcast to `shape` (int64, read-only), or None when it is the slot's own chunk."""
     if slot.remote is None:
         return None
-    return np.broadcast_to(np.asarray(slot.remote, dtype=np.int64), shape)
+    return _broadcast(slot.remote, shape)

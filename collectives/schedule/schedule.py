@@ -12,7 +12,7 @@ from ..errors import ScheduleError
 from . import collective as contract
 from .chunks import ChunkTable
 from .ops import OpKind, Program
-from .phase import Phase, evaluate_remote, evaluate_slot
+from .phase import Phase, evaluate_peer, evaluate_remote, evaluate_slot
 from .regions import Regions
 
 
@@ -20,7 +20,9 @@ from .regions import Regions
 class Schedule:
     """Phases of rounds over `num_nodes` nodes: ranks 0..world_size-1, then switch nodes (if any).
 
-    `program(node)` expands one node's operations on demand; nothing here holds every node's program.
+    `program(node)` expands one node's operations on demand; only `expand` (every node's program in one table,
+    which the verifier, the emulator and the event simulator read) keeps its table on a schedule of up to
+    expand.KEEP_MAX_OPS operations, so a schedule is not modified once built.
     `notes` records decisions a user should see (for example why in-network reduction fell back).
     `regions` declares a work-buffer layout beyond the contract's (see regions.py), `counts` is an alltoallv's
     p x p matrix, and `op_origin(node, index)` names where op `index` of a node's program came from (an imported
@@ -41,6 +43,7 @@ class Schedule:
     regions: Regions | None = None
     counts: np.ndarray | None = None
     op_origin: Callable[[int, int], str | None] | None = field(default=None, repr=False)
+    _expansion: Any = field(default=None, init=False, repr=False, compare=False)  # expand.py keeps its table here
 
     def __post_init__(self) -> None:
         contract.check_shape(self.collective, self.world_size, self.count, self.root, self.counts)
@@ -161,22 +164,26 @@ class Schedule:
                         continue
                 lanes = []  # (order, kind, iterations, peer members, first chunk, chunks, remote chunk or None)
                 for order, slot in enumerate(rnd.slots(m, its)):
-                    peer, chunk, nchunks = evaluate_slot(slot, its.shape)
+                    peer = evaluate_peer(slot, its.shape)
                     active = peer >= 0
                     if not active.any():
                         continue
-                    peer_m = peer[active]
-                    if int(peer_m.max()) >= members.size:
-                        it = int(its[active][np.argmax(peer_m)])
+                    every = active.all()  # then the lane needs no masking
+                    lane_its, peer = (its, peer) if every else (its[active], peer[active])
+                    if int(peer.max()) >= members.size:
+                        it = int(lane_its[np.argmax(peer)])
                         raise ScheduleError(
                             f"node {node}: phase {phase.name!r}, round {base + it}, slot {order} names peer member "
-                            f"{int(peer_m.max())} but its group has members 0..{members.size - 1}",
+                            f"{int(peer.max())} but its group has members 0..{members.size - 1}",
                             node=node, round=base + it)
+                    _, chunk, nchunks = evaluate_slot(slot, its.shape)
                     rchunk = evaluate_remote(slot, its.shape)
                     if rchunk is None and not isinstance(phase.chunks, ChunkTable):
                         rchunk = chunk  # the same chunk id, in the peer's row of a per-member table
-                    lanes.append((order, int(slot.kind), its[active], peer_m, chunk[active], nchunks[active],
-                                  None if rchunk is None else rchunk[active]))
+                    if not every:
+                        chunk, nchunks = chunk[active], nchunks[active]
+                        rchunk = None if rchunk is None else rchunk[active]
+                    lanes.append((order, int(slot.kind), lane_its, peer, chunk, nchunks, rchunk))
                 if lanes:
                     cols.append(self._lane_columns(phase, g, m, members, base, lanes))
                 base += rnd.repeats

@@ -134,23 +134,28 @@ class CostRules:
         bw = np.full(links.shape, np.inf)
         if on.any():
             bw[on] = self.topology.link_bandwidth(links[on])
-        factor = np.ones(links.shape)
-        nvs = np.broadcast_to(self.is_nvswitch(src) | self.is_nvswitch(dst), links.shape)
+        # the factor is the message's (it depends on its two ends), but for SHARP's LLT cap (per hop): computed
+        # per message and broadcast over its hops, it is the same value at every hop
+        factor = np.ones(np.broadcast_shapes(np.shape(src), np.shape(dst)))
+        nvs = self.is_nvswitch(src) | self.is_nvswitch(dst)
         if self.nvls_factor != 1.0 and nvs.any():
-            factor[nvs] = self.nvls_factor
-        fab = np.broadcast_to(self.is_fabric_switch(src) | self.is_fabric_switch(dst), links.shape)
-        if self.sharp is not None and fab.any():
-            if self.sharp_protocol == "sat":
-                factor[fab] = self.sharp.sat_efficiency
-            else:
-                lat = np.zeros(links.shape)
-                lat[on] = self.topology.link_latency(links[on])
-                cap = self.sharp.ost_quota * self.sharp.ost_size / np.maximum(2 * lat, 1e-12)
-                f = np.where(on, np.minimum(1.0, cap / np.where(on, bw, 1.0)), 1.0)
-                factor[fab] = f[fab]
+            factor[np.broadcast_to(nvs, factor.shape)] = self.nvls_factor
+        fab = self.is_fabric_switch(src) | self.is_fabric_switch(dst)
+        per_hop = self.sharp is not None and self.sharp_protocol != "sat" and bool(fab.any())
+        if self.sharp is not None and self.sharp_protocol == "sat" and fab.any():
+            factor[np.broadcast_to(fab, factor.shape)] = self.sharp.sat_efficiency
+        if per_hop:
+            factor = np.array(np.broadcast_to(factor, links.shape))
+            fab = np.broadcast_to(fab, links.shape)
+            lat = np.zeros(links.shape)
+            lat[on] = self.topology.link_latency(links[on])
+            cap = self.sharp.ost_quota * self.sharp.ost_size / np.maximum(2 * lat, 1e-12)
+            f = np.where(on, np.minimum(1.0, cap / np.where(on, bw, 1.0)), 1.0)
+            factor[fab] = f[fab]
         if self.efficiency != 1.0:
-            p2p = np.broadcast_to((src < self.world_size) & (dst < self.world_size), links.shape)
+            p2p = (src < self.world_size) & (dst < self.world_size)
             factor = np.where(p2p, factor * self.efficiency, factor)
+        factor = np.broadcast_to(factor, links.shape)
         return bw * factor, factor
 
     def hop_factor(self, src: np.ndarray, dst: np.ndarray, bw: np.ndarray, lat: np.ndarray) -> np.ndarray:

@@ -4,6 +4,7 @@ cycle, the library never imports the CLI, and the simulator never imports the ch
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,6 +56,7 @@ def imports(name: str, path: Path, known: set[str]) -> set[str]:
     return out
 
 
+@functools.cache  # parsed once for the four checks (read-only)
 def graph() -> dict[str, set[str]]:
     mods = modules()
     known = set(mods)

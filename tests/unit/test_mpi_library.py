@@ -72,10 +72,10 @@ def _init_communicator(**env) -> subprocess.CompletedProcess:
 def test_importing_the_transport_loads_no_mpi():
     """The transport also runs on torch's store (no MPI launcher): importing it must not load or initialise MPI,
     so a missing libmpi only matters to a communicator over MPI."""
-    import importlib.util
-
-    torch_too = ", collectives.torch" if importlib.util.find_spec("torch") is not None else ""
-    proc = _run(f"import sys, collectives.transport{torch_too}; "
+    # whether torch is installed is asked in the child: in pytest's process tests/ is on sys.path, where
+    # tests/torch looks like a namespace package named torch
+    proc = _run("import importlib.util, sys, collectives.transport\n"
+                "if importlib.util.find_spec('torch') is not None:\n    import collectives.torch\n"
                 "print(sorted(m for m in sys.modules if m.startswith('mpi4py.MPI')))",
                 MPI4PY_LIBMPI="/nonexistent/libmpi.so")
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 import types
@@ -184,6 +185,36 @@ def test_program_node_out_of_range():
 def test_single_rank_has_an_empty_program():
     s = algorithms.build("ring", collective="allreduce", world_size=1, count=5)
     assert len(s.program(0)) == 0 and list(s.program(0).rounds()) == []
+
+
+def test_a_schedule_keeps_its_expansion_until_its_parts_change():
+    """expand() keeps its table on the schedule for the next executor, read-only, equal to the programs; a
+    schedule whose phases or rounds are replaced expands anew."""
+    from collectives.schedule.expand import expand, node_programs
+
+    s = algorithms.build("ring", collective="allreduce", world_size=4, count=13, chunks=2)
+    t = expand(s)
+    assert expand(s) is t and not t.start.flags.writeable
+    with pytest.raises(ValueError):
+        t.start[0] = 1
+    for n, prog in enumerate(node_programs(s)):
+        assert list(prog) == list(s.program(n))
+    before = len(t)
+    s.phases = s.phases + s.phases  # the ring twice
+    assert expand(s) is not t and len(expand(s)) == 2 * before
+    phase = s.phases[0]  # (both phases)
+    phase.rounds = [dataclasses.replace(phase.rounds[0], repeats=1)]
+    shorter = expand(s)
+    assert len(shorter) < 2 * before and expand(s) is shorter
+
+
+def test_a_large_expansion_is_not_kept(monkeypatch):
+    from collectives.schedule import expand as expand_module
+
+    monkeypatch.setattr(expand_module, "KEEP_MAX_OPS", 10)
+    s = algorithms.build("ring", collective="allreduce", world_size=4, count=13)
+    assert len(expand_module.expand(s)) > 10 and s._expansion is None
+    assert expand_module.expand(s) is not expand_module.expand(s)
 
 
 @pytest.mark.parametrize("p", [2, 3, 7])

@@ -221,3 +221,4 @@ def test_full_scale_ring_is_one_round():
 def test_bad_mode():
     with pytest.raises(ValueError, match="mode"):
         simulate("ring", fully_connected(4), 16, mode="fast")
+

@@ -31,6 +31,7 @@ import numpy as np
 from .flows import frontier
 
 EXACT_UPDATES = 8_000_000  # message updates of one repeated round iterated exactly, before extrapolating
+PERIODS = 8  # the longest period of a steady state `iterate` recognises
 
 
 @dataclass
@@ -98,24 +99,56 @@ def advance_history(H: np.ndarray, sc: Scatter, back: np.ndarray, lat: np.ndarra
 def iterate(H: np.ndarray, times: int, advance, rate: float, work: int) -> np.ndarray:
     """The local history H (slots, nodes; see advance_history) after `times` rounds of advance(H) -> new row:
     exact within EXACT_UPDATES updates (`work` per round), then at the steady increment or the cycle `rate`
-    (module docstring)."""
+    (module docstring).
+
+    A steady state may have a period c > 1 (a max-plus map is eventually periodic: x(k + c) = x(k) + D): once
+    the newest row's c-round increment D has repeated c x (1 + slots) rounds in a row, every later row is the
+    row a whole number of periods before it plus that many D (c = 1: the history moves by D each round)."""
     budget = max(8, EXACT_UPDATES // max(work, 1))
-    prev = None
-    same = 0
+    rows = [H[-1]]  # the newest rows, newest last (at most PERIODS + 1)
+    same = [0] * (PERIODS + 1)  # per period c: rounds in a row whose c-round increment repeated
+    prev: list[np.ndarray | None] = [None] * (PERIODS + 1)
+    need = 1 + H.shape[0]
     for done in range(times):
         if done >= budget:
             return H + (times - done) * rate
         new = advance(H)
-        inc = new - H[-1]
         H = np.vstack((H[1:], new[None, :]))
-        if prev is not None and np.allclose(inc, prev, rtol=1e-12, atol=1e-18):
-            same += 1
-            if same >= 1 + H.shape[0]:  # the whole history has moved by the same increment
-                return H + (times - done - 1) * inc
-        else:
-            same = 0
-        prev = inc
+        rows.append(new)
+        if len(rows) > PERIODS + 1:
+            rows.pop(0)
+        left = times - done - 1
+        for c in range(1, min(PERIODS, len(rows) - 1) + 1):
+            d = new - rows[-1 - c]
+            same[c] = same[c] + 1 if prev[c] is not None and _close(d, prev[c]) else 0
+            prev[c] = d
+            if same[c] >= need * c:
+                return H + left * d if c == 1 else _periodic(H, rows, c, d, left)
     return H
+
+
+def _periodic(H: np.ndarray, rows: list[np.ndarray], c: int, D: np.ndarray, left: int) -> np.ndarray:
+    """The history `left` rounds on, when each row is the row c rounds before it plus D."""
+    slots = H.shape[0]
+    out = np.empty_like(H)
+    for i in range(slots):
+        j = left - (slots - 1 - i)  # output row i is the row j rounds after the newest one
+        if j <= 0:
+            out[i] = H[slots - 1 + j]
+        else:
+            n = -(-j // c)  # periods back to a row we have: j - n c in (-c, 0]
+            out[i] = rows[-1 + j - n * c] + n * D
+    return out
+
+
+def _close(a: np.ndarray, b: np.ndarray) -> bool:
+    """np.allclose(a, b, rtol=1e-12, atol=1e-18), without its overhead on finite arrays."""
+    with np.errstate(invalid="ignore"):
+        if bool((np.abs(a - b) <= 1e-18 + 1e-12 * np.abs(b)).all()):
+            return True
+    if np.isfinite(a).all() and np.isfinite(b).all():
+        return False
+    return bool(np.allclose(a, b, rtol=1e-12, atol=1e-18))
 
 
 def reverse_pairs(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:

@@ -79,6 +79,28 @@ def test_a_repeated_round_is_the_recurrence_applied_repeatedly(slots):
     assert np.allclose(got, want, rtol=1e-12)
 
 
+@pytest.mark.parametrize("period", [1, 2, 5])
+def test_a_periodic_steady_state_is_extrapolated_by_whole_periods(period):
+    # every node's time grows by a pattern of `period` increments (a max-plus map's eventual cyclicity): the
+    # iteration recognises it after a few periods and extrapolates the rest, as the exact iteration gives
+    slots, nodes = 3, 4
+    pattern = np.array([1.0, 3.0, 0.5, 2.0, 7.0])[:period]
+    calls = []
+
+    def advance(H):
+        k = len(calls)
+        calls.append(k)
+        return H[-1] + pattern[k % period] * np.arange(1, nodes + 1)
+
+    H = np.zeros((slots, nodes))
+    want = H
+    for k in range(1000):
+        want = np.vstack((want[1:], (want[-1] + pattern[k % period] * np.arange(1, nodes + 1))[None, :]))
+    got = recurrence.iterate(H, 1000, advance, rate=np.nan, work=1)
+    assert np.allclose(got, want, rtol=1e-12)
+    assert len(calls) <= 2 * period * (1 + slots) + 2 * period  # not 1,000 rounds
+
+
 def test_sender_driven_ring_follows_a_chunk():
     """With the credit out of reach, after k rounds each node has waited for the slowest k consecutive hops
     before it (a chunk's way), never k x the slowest hop."""

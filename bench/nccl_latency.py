@@ -11,6 +11,7 @@ Run: python bench/nccl_latency.py
 
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 from pathlib import Path
@@ -79,6 +80,9 @@ def rows():
 
 
 def main() -> None:
+    argparse.ArgumentParser(description="Small-message allreduce latency: the model against NCCL's own latency "
+                                        "formula (src/graph/tuning.cc), on the DGX H100 and GB200 NVL72 presets "
+                                        "at 8 B, 1 KiB and 64 KiB.").parse_args()
     print("| system | algorithm | NCCL's formula (us) | model 8 B | model 1 KiB | model 64 KiB | model / NCCL at 8 B |")
     print("|---|---|---|---|---|---|---|")
     worst = 0.0

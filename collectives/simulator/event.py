@@ -23,15 +23,14 @@ than its bandwidth (checked: busy time
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
 from ..errors import ScheduleError
 from ..schedule.expand import expand
 from ..schedule.ops import OpKind
+from . import event_loop
 from .model import CostRules
 
 
@@ -78,223 +77,6 @@ def match_messages(schedule, itemsize: int) -> Messages:
                     ops.kind[r_idx] == int(OpKind.RECV_REDUCE), position.astype(np.int64))
 
 
-START, FINISH, ARRIVE = 2, 0, 1  # event kinds; at equal times finishes free links before new messages take them
-
-
-@numba.njit(cache=True)
-def _advance(v, ready, cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, recv_end, recv_first,
-             slot_red, pending, done, inside, overlap, credit_ptr, credit_msg, heap, entered):
-    """Node v enters its next slots (rounds): posts their messages (each starts once its sender has entered its
-    round and its receiver the slot that frees its credit: model.CostRules.credit_slots), and finishes at once a
-    slot whose receives have all landed already (they may land before their receiver reaches their round)."""
-    while cur[v] < node_last[v]:
-        k = cur[v]
-        entered[k] = ready[v]
-        inside[k] = True
-        send_end[k] = ready[v]
-        recv_end[k] = max(recv_end[k], ready[v])
-        for j in range(slot_ptr[k], slot_ptr[k + 1]):
-            f = slot_msg[j]
-            if msrc[f] == v:
-                ends[f] += 1
-                if ends[f] == 2:
-                    heapq.heappush(heap, (ready[v], START, mpos[f], f, np.int64(0)))
-        for j in range(credit_ptr[k], credit_ptr[k + 1]):
-            f = credit_msg[j]
-            ends[f] += 1
-            if ends[f] == 2:
-                heapq.heappush(heap, (ready[v], START, mpos[f], f, np.int64(0)))
-        if pending[k] > 0:
-            return
-        _finish(v, k, overlap, send_end, recv_end, recv_first, slot_red, done, ready, cur, entered)
-
-
-@numba.njit(cache=True)
-def _finish(v, k, overlap, send_end, recv_end, recv_first, slot_red, done, ready, cur, entered):
-    """Slot k of node v is complete: its end (model.py) becomes v's ready time."""
-    if overlap:  # model.CostRules.overlap_reduce: the reduction starts once the node is in the round
-        end = max(send_end[k], recv_end[k], max(recv_first[k], entered[k]) + slot_red[k] if slot_red[k] > 0
-                  else 0.0)
-    else:
-        end = max(send_end[k], recv_end[k] + slot_red[k])
-    done[k] = end
-    ready[v] = end
-    cur[v] += 1
-
-
-@numba.njit(cache=True)
-def _rerate(g, t, links, hbw, lmin, lcnt, mround, rem, rate, last, ver, heap):
-    """Flow g's rate from now on: the least over its links of bandwidth / flows of the link's earliest round
-    among those on it, 0 while a flow of an earlier round holds one of its links (links serve rounds in order)."""
-    rem[g] -= rate[g] * (t - last[g])
-    if rem[g] < 0.0:
-        rem[g] = 0.0
-    last[g] = t
-    r = np.inf
-    for h in range(links.shape[1]):
-        link = links[g, h]
-        if link < 0:
-            break
-        if mround[g] > lmin[link]:
-            r = 0.0
-            break
-        r = min(r, hbw[g, h] / lcnt[link])
-    rate[g] = r
-    ver[g] += 1
-    if r > 0.0:
-        heapq.heappush(heap, (t + rem[g] / r, FINISH, np.int64(0), g, ver[g]))
-
-
-@numba.njit(cache=True)
-def _rerate_sharers(f, t, links, hbw, lmin, lcnt, mround, head, nxt, rem, rate, last, ver, active, heap):
-    """Every active flow that shares a link with f gets its new rate."""
-    H = links.shape[1]
-    for h in range(H):
-        link = links[f, h]
-        if link < 0:
-            break
-        e = head[link]
-        while e >= 0:
-            g = e // H
-            if active[g] and g != f:
-                _rerate(g, t, links, hbw, lmin, lcnt, mround, rem, rate, last, ver, heap)
-            e = nxt[e]
-
-
-@numba.njit(cache=True)
-def _rescan(link, H, head, nxt, mround, lmin, lcnt):
-    """The earliest round among the flows on `link` and how many flows of it there are."""
-    lo = np.iinfo(np.int64).max
-    n = 0
-    e = head[link]
-    while e >= 0:
-        r = mround[e // H]
-        if r < lo:
-            lo, n = r, 1
-        elif r == lo:
-            n += 1
-        e = nxt[e]
-    lmin[link] = lo
-    lcnt[link] = n
-
-
-@numba.njit(cache=True)
-def _complete(v, t, is_send, k, overlap, credit_ptr, credit_msg, send_end, recv_end, recv_first, slot_red, pending, done,
-              inside, ready, cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap, entered):
-    """One end of a message is done at t in slot k of node v: the sender's bytes have left, or the receiver's
-    have landed (possibly before v entered slot k: the slot then finishes when v enters it)."""
-    if is_send:
-        send_end[k] = max(send_end[k], t)
-    else:
-        recv_end[k] = max(recv_end[k], t)
-    pending[k] -= 1
-    if pending[k] == 0 and inside[k]:
-        _finish(v, k, overlap, send_end, recv_end, recv_first, slot_red, done, ready, cur, entered)
-        _advance(v, ready, cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, recv_end, recv_first,
-                 slot_red, pending, done, inside, overlap, credit_ptr, credit_msg, heap, entered)
-
-
-@numba.njit(cache=True)
-def _run(num_nodes, msrc, mdst, mpos, mround, ks, kd, links, hbw, lat, nbytes, slot_ptr, slot_msg, slot_red, node_first,
-         node_last, num_links, overlap, credit_ptr, credit_msg):
-    M, H = links.shape
-    nslots = slot_ptr.size - 1
-    ready = np.zeros(num_nodes)
-    cur = node_first.copy()
-    ends = np.zeros(M, np.int64)
-    pending = slot_ptr[1:] - slot_ptr[:-1]
-    send_end = np.zeros(nslots)
-    recv_end = np.zeros(nslots)
-    recv_first = np.full(nslots, np.inf)
-    done = np.full(nslots, -1.0)
-    inside = np.zeros(nslots, np.bool_)
-    busy = np.zeros(num_links)
-    queued = np.zeros(M)
-    started = np.zeros(M)
-    finished = np.zeros(M)
-    entered = np.zeros(nslots)
-    rem = nbytes.copy()
-    rate = np.zeros(M)
-    last = np.zeros(M)
-    ver = np.zeros(M, np.int64)
-    active = np.zeros(M, np.bool_)
-    lmin = np.full(num_links, np.iinfo(np.int64).max, np.int64)  # earliest round among the flows on each link
-    lcnt = np.zeros(num_links, np.int64)  # flows of that round on it
-    head = np.full(num_links, -1, np.int64)
-    nxt = np.full(M * H, -1, np.int64)
-    prv = np.full(M * H, -1, np.int64)
-    heap = [(0.0, np.int64(0), np.int64(0), np.int64(0), np.int64(0))]
-    heap.pop()
-    for v in range(num_nodes):
-        _advance(v, ready, cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, send_end, recv_end, recv_first,
-                 slot_red, pending, done, inside, overlap, credit_ptr, credit_msg, heap, entered)
-    while len(heap) > 0:
-        t, kind, _, f, version = heapq.heappop(heap)
-        if kind == START:
-            started[f] = t
-            recv_first[kd[f]] = min(recv_first[kd[f]], t + lat[f])
-            if links[f, 0] < 0 or nbytes[f] <= 0.0:  # nothing to stream: the message is sent at once
-                finished[f] = t
-                _complete(msrc[f], t, True, ks[f], overlap, credit_ptr, credit_msg, send_end, recv_end, recv_first, slot_red,
-                          pending, done, inside, ready, cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends,
-                          heap, entered)
-                heapq.heappush(heap, (t + lat[f], ARRIVE, np.int64(0), f, np.int64(0)))
-                continue
-            active[f] = True
-            last[f] = t
-            for h in range(H):
-                link = links[f, h]
-                if link < 0:
-                    break
-                e = f * H + h
-                nxt[e] = head[link]
-                if head[link] >= 0:
-                    prv[head[link]] = e
-                prv[e] = -1
-                head[link] = e
-                if mround[f] < lmin[link]:
-                    lmin[link] = mround[f]
-                    lcnt[link] = 1
-                elif mround[f] == lmin[link]:
-                    lcnt[link] += 1
-                busy[link] += nbytes[f] / hbw[f, h]
-            _rerate(f, t, links, hbw, lmin, lcnt, mround, rem, rate, last, ver, heap)
-            _rerate_sharers(f, t, links, hbw, lmin, lcnt, mround, head, nxt, rem, rate, last, ver, active, heap)
-        elif kind == FINISH:
-            if version != ver[f] or not active[f]:
-                continue
-            active[f] = False
-            finished[f] = t
-            alone = np.inf
-            for h in range(H):
-                link = links[f, h]
-                if link < 0:
-                    break
-                alone = min(alone, hbw[f, h])
-                e = f * H + h
-                if prv[e] >= 0:
-                    nxt[prv[e]] = nxt[e]
-                else:
-                    head[link] = nxt[e]
-                if nxt[e] >= 0:
-                    prv[nxt[e]] = prv[e]
-                if mround[f] == lmin[link]:
-                    lcnt[link] -= 1
-                    if lcnt[link] == 0:
-                        _rescan(link, H, head, nxt, mround, lmin, lcnt)
-            queued[f] = max(t - started[f] - nbytes[f] / alone, 0.0)
-            _rerate_sharers(f, t, links, hbw, lmin, lcnt, mround, head, nxt, rem, rate, last, ver, active, heap)
-            _complete(msrc[f], t, True, ks[f], overlap, credit_ptr, credit_msg, send_end, recv_end, recv_first, slot_red,
-                      pending, done, inside, ready, cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap,
-                      entered)
-            heapq.heappush(heap, (t + lat[f], ARRIVE, np.int64(0), f, np.int64(0)))
-        else:  # ARRIVE: the last byte has landed
-            _complete(mdst[f], t, False, kd[f], overlap, credit_ptr, credit_msg, send_end, recv_end, recv_first, slot_red,
-                      pending, done, inside, ready, cur, node_last, slot_ptr, slot_msg, msrc, mdst, mpos, ends, heap,
-                      entered)
-    return done, busy, queued, started, finished, entered
-
-
 @dataclass
 class EventRun:
     time: float
@@ -313,6 +95,10 @@ def run(schedule, rules: CostRules, timeline: bool = False) -> EventRun:
     msg = match_messages(schedule, rules.itemsize)
     topo = rules.topology
     M = msg.src.size
+    if M >= event_loop.MAX_MESSAGES or (M and int(msg.position.max()) >= event_loop.MAX_POSITION):
+        raise ValueError(f"the event simulator runs fewer than {event_loop.MAX_MESSAGES} messages, each posted "
+                         f"among fewer than {event_loop.MAX_POSITION} of its round; this schedule has {M} "
+                         "messages: use mode='analytic'")
     links = topo.path_links(msg.src, msg.dst) if M else np.zeros((0, 1), np.int64)
     bw, _ = rules.hop_bandwidth(msg.src[:, None], msg.dst[:, None], links)
     hser = np.where(links >= 0, msg.nbytes[:, None] / bw, 0.0)
@@ -342,10 +128,11 @@ def run(schedule, rules: CostRules, timeline: bool = False) -> EventRun:
     kw = np.searchsorted(slot_key, msg.dst * width + np.maximum(msg.round - rules.credit(msg.nbytes) + 1, 0))
     credit_msg = np.argsort(kw, kind="stable").astype(np.int64)
     credit_ptr = np.searchsorted(kw[credit_msg], np.arange(slot_ptr.size)).astype(np.int64)
-    done, busy, queued, started, finished, entered = _run(
-        num_nodes, msg.src, msg.dst, msg.position, msg.round.astype(np.int64), ks, kd, links, hbw, hlat.sum(axis=1), msg.nbytes, slot_ptr,
-        mid.astype(np.int64), slot_red, node_first, node_last, topo.num_links, rules.overlap_reduce, credit_ptr,
-        credit_msg)
+    mkey = (msg.position << event_loop.POSITION_SHIFT) | np.arange(M, dtype=np.int64)
+    done, busy, queued, started, finished, entered = event_loop.run(
+        num_nodes, msg.src, msg.dst, mkey, msg.round.astype(np.int64), ks, kd, links, hbw, hlat.sum(axis=1),
+        msg.nbytes, slot_ptr, mid.astype(np.int64), slot_red, node_first, node_last, topo.num_links,
+        rules.overlap_reduce, credit_ptr, credit_msg)
     if (done < 0).any():
         k = int(np.flatnonzero(done < 0)[0])
         raise ScheduleError(f"deadlock: node {int(slot_node[k])} never completes round {int(slot_round[k])}",

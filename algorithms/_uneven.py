@@ -1,0 +1,130 @@
+"""Uneven domains: a cluster whose domains hold different numbers of ranks (3 + 2, 4 + 4 + 1) runs a
+hierarchical allreduce on its *core* and *folds* the rest onto it.
+
+Vocabulary. The cluster's placement (topology/cluster.py) puts ranks in the slots of D domains x G GPUs; domain d
+holds n_d ranks in its first n_d slots (`domain_groups()`: -1 in the empty ones). The *core* is the first
+g = min(n_d) slots of every domain: D equal domains of g GPUs, which every hierarchical schedule serves as it is
+(a `CoreView` of the topology shows the builders only the core). Every other rank is an *extra*: the rank in
+slot l >= g of domain d folds onto its *partner*, the core rank in slot l mod g of the same domain.
+
+* fold (one round): every extra sends its whole buffer to its partner, which reduce-receives the copies of all
+  its extras in that round;
+* the core runs the hierarchical allreduce (its partners' buffers now stand for their extras too);
+* unfold (one round): every partner sends the result to its extras.
+
+Extras cost one buffer each way over NVLink and their partners' reductions; the fabric carries 1/g of the
+buffer per GPU instead of 1/G. Scattered (round-robin) domains of equal size need no fold: the builders read
+the domain table, so their schedules are those of consecutive domains with the ranks relabelled. Without a
+placement nothing here runs and every schedule is unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from collectives.schedule import ChunkTable, recv, recv_reduce, send
+
+from ._pipeline import lane, memo, pipelined_phase
+
+
+def layout_text(topology) -> str:
+    """The domains' sizes, "3+2", for messages."""
+    sizes = getattr(topology, "domain_sizes", ())
+    return "+".join(map(str, sizes)) if len(sizes) <= 16 else f"{min(sizes)}..{max(sizes)} ranks per domain"
+
+
+def needs_core(topology) -> bool:
+    """Whether some domain has empty slots (the builders then run on the core)."""
+    return bool(getattr(topology, "placed", False)) and min(topology.domain_sizes) < topology.gpus_per_domain
+
+
+class CoreView:
+    """The topology as the builders of a hierarchical schedule see it: every query is the cluster's, but the
+    domains are the core's (D domains of g GPUs, the first g slots of each)."""
+
+    def __init__(self, topology) -> None:
+        self._topology = topology
+        self.gpus_per_domain = g = int(min(topology.domain_sizes))
+        self.domain_sizes = (g,) * topology.num_domains
+        self._table = topology.domain_groups()[:, :g].copy()
+
+    def domain_groups(self) -> np.ndarray:
+        return self._table.copy()
+
+    def __getattr__(self, name: str):
+        return getattr(self._topology, name)
+
+
+def core_view(topology) -> CoreView:
+    """The topology's CoreView, one per topology (so the builders' memos hit across a sweep's sizes)."""
+    return memo(topology, ("core view",), lambda: CoreView(topology))
+
+
+def fold_lanes(topology, unfold: bool) -> list:
+    """Lanes of the fold (extras -> partners, reduced) or the unfold (partners -> extras), one pair of lanes per
+    *tier* (slots [t g, (t + 1) g) of every domain), so a partner meets each of its extras on its own lane."""
+    dom = topology.domain_groups()
+    g = int(min(topology.domain_sizes))
+    whole = lambda k, at: (0, 1)  # noqa: E731  (the whole buffer, one chunk)
+    lanes = []
+    for t in range(1, -(-dom.shape[1] // g)):
+        extras = dom[:, t * g:(t + 1) * g]
+        partners = dom[:, :extras.shape[1]]
+        present = extras >= 0
+        x, p = extras[present], partners[present]
+        if x.size == 0:
+            continue
+        if unfold:
+            lanes += [lane(send, p, x, 0, whole), lane(recv, x, p, 0, whole)]
+        else:
+            lanes += [lane(send, x, p, 0, whole), lane(recv_reduce, p, x, 0, whole)]
+    return lanes
+
+
+def fold_phases(topology, work: int) -> tuple[list, list]:
+    """([fold phase], [unfold phase]) over the work buffer; empty lists when no domain has extras."""
+    nodes = np.arange(topology.world_size, dtype=np.int64)
+    fold = memo(topology, ("fold lanes", False), lambda: fold_lanes(topology, False))
+    if not fold:
+        return [], []
+    unfold = memo(topology, ("fold lanes", True), lambda: fold_lanes(topology, True))
+    table = ChunkTable.whole(work, 1)
+    return ([pipelined_phase("fold extras onto the core", nodes, table, fold, 1)],
+            [pipelined_phase("unfold: the core's result to the extras", nodes, table, unfold, 1)])
+
+
+def serves_uneven(name: str):
+    """Decorate a hierarchical allreduce builder so that it serves clusters with empty slots: it builds the
+    schedule on the core (CoreView) between the fold and the unfold. Other collectives are refused there, with
+    the layout in the message."""
+
+    def wrap(build):
+        @functools.wraps(build)
+        def built(collective: str, world_size: int, count: int, *, topology=None, **kwargs):
+            if topology is None or not needs_core(topology):
+                return build(collective, world_size, count, topology=topology, **kwargs)
+            if collective != "allreduce":
+                raise ValueError(
+                    f"{name} {collective} needs every domain to hold the same number of ranks; {topology.name!r} "
+                    f"has domains of {layout_text(topology)}. Use its allreduce (which folds the extra ranks onto "
+                    f"the domains' first {min(topology.domain_sizes)}), a flat algorithm (ring), or equal domains")
+            sched = build(collective, world_size, count, topology=core_view(topology), **kwargs)
+            sched.topology = topology
+            sched.params["domain_sizes"] = list(topology.domain_sizes)
+            if "fallback" in sched.params:  # a flat host algorithm over every rank stood in: nothing to fold
+                return sched
+            fold, unfold = fold_phases(topology, count)
+            sched.phases = fold + sched.phases + unfold
+            if fold:
+                sched.notes.append(f"domains of {layout_text(topology)} ranks: the extra ranks fold onto the first "
+                                   f"{min(topology.domain_sizes)} of their domain, which run the schedule")
+            return sched
+
+        return built
+
+    return wrap
+
+
+__all__ = ["CoreView", "core_view", "fold_phases", "layout_text", "needs_core", "serves_uneven"]

@@ -7,19 +7,22 @@ g = min(n_d) slots of every domain: D equal domains of g GPUs, which every hiera
 (a `CoreView` of the topology shows the builders only the core). Every other rank is an *extra*: the rank in
 slot l >= g of domain d folds onto its *partner*, the core rank in slot l mod g of the same domain.
 
-* fold (one round): every extra sends its whole buffer to its partner, which reduce-receives the copies of all
-  its extras in that round;
+* fold: every extra sends its buffer to its partner, which reduce-receives the copies of all its extras at once;
 * the core runs the hierarchical allreduce (its partners' buffers now stand for their extras too);
-* unfold (one round): every partner sends the result to its extras.
+* unfold: every partner sends the result to its extras.
 
-Extras cost one buffer each way over NVLink and their partners' reductions; the fabric carries 1/g of the
-buffer per GPU instead of 1/G. Scattered (round-robin) domains of equal size need no fold: the builders read
+When the core's schedule is one pipeline (the pipelined builders: a piece-major table, `pipelined_phase`), the
+fold and the unfold join it as its first and last stages, piece by piece (lag 0 and the last lag + 1), so they
+overlap the core's stages; otherwise (host inter stages run one after another) they are a phase before and a
+phase after, each one round over the whole buffer. Extras cost one buffer each way over NVLink and their
+partners' reductions; the fabric carries 1/g of the buffer per GPU instead of 1/G. Scattered (round-robin) domains of equal size need no fold: the builders read
 the domain table, so their schedules are those of consecutive domains with the ranks relabelled. Without a
 placement nothing here runs and every schedule is unchanged.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -62,12 +65,12 @@ def core_view(topology) -> CoreView:
     return memo(topology, ("core view",), lambda: CoreView(topology))
 
 
-def fold_lanes(topology, unfold: bool) -> list:
+def fold_lanes(topology, unfold: bool, lag: int = 0, piece=lambda k: (0, 1)) -> list:
     """Lanes of the fold (extras -> partners, reduced) or the unfold (partners -> extras), one pair of lanes per
     *tier* (slots [t g, (t + 1) g) of every domain), so a partner meets each of its extras on its own lane."""
     dom = topology.domain_groups()
     g = int(min(topology.domain_sizes))
-    whole = lambda k, at: (0, 1)  # noqa: E731  (the whole buffer, one chunk)
+    whole = lambda k, at: piece(k)  # noqa: E731  (every member moves piece k: the whole buffer by default)
     lanes = []
     for t in range(1, -(-dom.shape[1] // g)):
         extras = dom[:, t * g:(t + 1) * g]
@@ -77,9 +80,9 @@ def fold_lanes(topology, unfold: bool) -> list:
         if x.size == 0:
             continue
         if unfold:
-            lanes += [lane(send, p, x, 0, whole), lane(recv, x, p, 0, whole)]
+            lanes += [lane(send, p, x, lag, whole), lane(recv, x, p, lag, whole)]
         else:
-            lanes += [lane(send, x, p, 0, whole), lane(recv_reduce, p, x, 0, whole)]
+            lanes += [lane(send, x, p, lag, whole), lane(recv_reduce, p, x, lag, whole)]
     return lanes
 
 
@@ -93,6 +96,39 @@ def fold_phases(topology, work: int) -> tuple[list, list]:
     table = ChunkTable.whole(work, 1)
     return ([pipelined_phase("fold extras onto the core", nodes, table, fold, 1)],
             [pipelined_phase("unfold: the core's result to the extras", nodes, table, unfold, 1)])
+
+
+def _pipeline_of(sched):
+    """(nodes, table, lanes, pieces) of a schedule that is one piece-major pipeline, else None."""
+    if len(sched.phases) != 1:
+        return None
+    phase = sched.phases[0]
+    info = [getattr(r.slots, "pipeline", None) for r in phase.rounds]
+    if not info or any(i is None for i in info) or len(info[0]["key"]) != 1:  # key (lanes,): piece-invariant
+        return None
+    return phase.groups[0], phase.chunks, info[0]["lanes"], int(info[0]["pieces"])
+
+
+def folded_pipeline(topology, sched) -> bool:
+    """Put the fold and the unfold into `sched`'s pipeline as its first and last stages; False if it is not one
+    piece-major pipeline (a piece is nchunks / pieces consecutive chunks)."""
+    found = _pipeline_of(sched)
+    if found is None:
+        return False
+    nodes, table, lanes, pieces = found
+    per = table.nchunks // pieces
+    piece = lambda k: (k * per, per)  # noqa: E731
+
+    def make():
+        top = max((int(ln.lags.max()) for ln in lanes if ln.size), default=-1)
+        shifted = [dataclasses.replace(ln, lags=ln.lags + 1) for ln in lanes]
+        return fold_lanes(topology, False, 0, piece) + shifted + fold_lanes(topology, True, top + 2, piece)
+
+    kept = memo(topology, ("folded pipeline", id(lanes), per), lambda: (lanes, make()))
+    every = kept[1] if kept[0] is lanes else make()  # (an id reused after the memo dropped the first lanes)
+    name = f"fold + {sched.phases[0].name} + unfold"
+    sched.phases = [pipelined_phase(name, nodes, table, every, pieces, piece_invariant=True)]
+    return True
 
 
 def serves_uneven(name: str):
@@ -116,7 +152,8 @@ def serves_uneven(name: str):
             if "fallback" in sched.params:  # a flat host algorithm over every rank stood in: nothing to fold
                 return sched
             fold, unfold = fold_phases(topology, count)
-            sched.phases = fold + sched.phases + unfold
+            if fold and not folded_pipeline(topology, sched):
+                sched.phases = fold + sched.phases + unfold
             if fold:
                 sched.notes.append(f"domains of {layout_text(topology)} ranks: the extra ranks fold onto the first "
                                    f"{min(topology.domain_sizes)} of their domain, which run the schedule")

@@ -110,14 +110,23 @@ def test_hierarchical_reduce_scatter_and_allgather_on_scattered_domains(collecti
 
 def test_uneven_domains_fold_extras_onto_the_core():
     t = layout("4+4+1")
-    sched = build("hierarchical", collective="allreduce", world_size=9, count=90, topology=t, dtype="int64")
-    names = [ph.name for ph in sched.phases]
-    assert names[0].startswith("fold") and names[-1].startswith("unfold")
+    # a pipeline (NVLS + SHARP) takes the fold and the unfold as its first and last stages, piece by piece
+    sched = build("hierarchical", collective="allreduce", world_size=9, count=90, topology=t, dtype="int64",
+                  chunks=3)
+    [phase] = sched.phases
+    assert phase.name.startswith("fold + ") and phase.name.endswith(" + unfold")
     assert any("4+4+1" in note for note in sched.notes)
     assert sched.params["domain_sizes"] == [4, 4, 1]
-    # extras (local slots 1..3 of domains 0 and 1) send once and receive once: the fold and the unfold
+    # extras (local slots 1..3 of domains 0 and 1) send each piece and receive it back: 3 + 3 operations
     for extra in (1, 2, 3, 5, 6, 7):
-        assert len(sched.program(extra)) == 2
+        assert len(sched.program(extra)) == 6
+    check(sched, "allreduce", 90)
+    # host inter stages run one after another: the fold and the unfold are phases of their own
+    sched = build("hierarchical", collective="allreduce", world_size=9, count=90, topology=t, dtype="int64",
+                  inter="ring")
+    names = [ph.name for ph in sched.phases]
+    assert names[0].startswith("fold") and names[-1].startswith("unfold")
+    assert all(len(sched.program(extra)) == 2 for extra in (1, 2, 3, 5, 6, 7))
 
 
 @pytest.mark.parametrize("collective", ["reduce_scatter", "allgather"])

@@ -158,3 +158,12 @@ def test_topology_for_any_grouping():
     assert topology_for([[0, 1, 2], [3, 4]]).domain_groups().tolist() == [[0, 1, 2], [3, 4, -1]]
     rr = topology_for([[0, 2, 4], [1, 3]])
     assert rr.domain_groups().tolist() == [[0, 2, 4], [1, 3, -1]] and rr.world_size == 5
+
+
+def test_resizing_a_placed_domain_gives_the_plain_domain():
+    from collectives.choice import resize
+
+    t = cluster(placement=[[2, 0, 1]])
+    assert t.placed
+    bigger = resize(t, 5)
+    assert bigger.world_size == 5 and not bigger.placed

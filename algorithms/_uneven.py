@@ -98,6 +98,27 @@ def fold_phases(topology, work: int) -> tuple[list, list]:
             [pipelined_phase("unfold: the core's result to the extras", nodes, table, unfold, 1)])
 
 
+def unfold_blocks_phase(topology, work: int):
+    """The unfold of a reduce_scatter: every partner sends each of its extras that extra's block (of p)."""
+    dom = topology.domain_groups()
+    g = int(min(topology.domain_sizes))
+    p = topology.world_size
+
+    def make():
+        lanes = []
+        for t in range(1, -(-dom.shape[1] // g)):
+            extras = dom[:, t * g:(t + 1) * g]
+            present = extras >= 0
+            x, partner = extras[present], dom[:, :extras.shape[1]][present]
+            own = lambda k, at, x=x: (x[at], 1)  # noqa: E731  (chunk r: rank r's block)
+            lanes += [lane(send, partner, x, 0, own), lane(recv, x, partner, 0, own)]
+        return lanes
+
+    lanes = memo(topology, ("unfold blocks",), make)
+    return pipelined_phase("unfold: each extra's block from the core", np.arange(p, dtype=np.int64),
+                           ChunkTable.whole(work, p), lanes, 1)
+
+
 def _pipeline_of(sched):
     """(nodes, table, lanes, pieces) of a schedule that is one piece-major pipeline, else None."""
     if len(sched.phases) != 1:
@@ -133,19 +154,23 @@ def folded_pipeline(topology, sched) -> bool:
 
 def serves_uneven(name: str):
     """Decorate a hierarchical allreduce builder so that it serves clusters with empty slots: it builds the
-    schedule on the core (CoreView) between the fold and the unfold. Other collectives are refused there, with
-    the layout in the message."""
+    schedule on the core (CoreView) between the fold and the unfold. A reduce_scatter (of a builder that has one)
+    runs as the core's allreduce of the whole input, each extra then getting its block; other collectives are
+    refused there, with the layout in the message."""
 
     def wrap(build):
         @functools.wraps(build)
         def built(collective: str, world_size: int, count: int, *, topology=None, **kwargs):
             if topology is None or not needs_core(topology):
                 return build(collective, world_size, count, topology=topology, **kwargs)
+            if collective == "reduce_scatter":
+                return _reduce_scatter(name, build, world_size, count, topology, kwargs)
             if collective != "allreduce":
                 raise ValueError(
                     f"{name} {collective} needs every domain to hold the same number of ranks; {topology.name!r} "
-                    f"has domains of {layout_text(topology)}. Use its allreduce (which folds the extra ranks onto "
-                    f"the domains' first {min(topology.domain_sizes)}), a flat algorithm (ring), or equal domains")
+                    f"has domains of {layout_text(topology)}. Use a flat algorithm (ring, pat, one_shot) or equal "
+                    f"domains; {name}'s allreduce serves these domains (the extra ranks fold onto the domains' "
+                    f"first {min(topology.domain_sizes)})")
             sched = build(collective, world_size, count, topology=core_view(topology), **kwargs)
             sched.topology = topology
             sched.params["domain_sizes"] = list(topology.domain_sizes)
@@ -162,6 +187,26 @@ def serves_uneven(name: str):
         return built
 
     return wrap
+
+
+def _reduce_scatter(name: str, build, world_size: int, count: int, topology, kwargs: dict):
+    """A reduce_scatter on uneven domains: the fold, the core's allreduce of the whole input (every core rank
+    ends with every block), each extra's block back to it."""
+    from collectives.schedule import Schedule
+
+    inner = build("allreduce", world_size, count, topology=core_view(topology), **kwargs)
+    notes = list(inner.notes)
+    phases = inner.phases
+    if "fallback" not in inner.params:
+        fold, _ = fold_phases(topology, count)
+        phases = fold + phases + ([unfold_blocks_phase(topology, count)] if fold else [])
+    notes.append(f"domains of {layout_text(topology)} ranks: reduce_scatter runs as an allreduce of the first "
+                 f"{min(topology.domain_sizes)} ranks of every domain (the others fold onto them and get their "
+                 "block back): twice a reduce_scatter's fabric traffic")
+    params = {**inner.params, "domain_sizes": list(topology.domain_sizes), "as_allreduce": True}
+    sched = Schedule(inner.algorithm, "reduce_scatter", world_size, count, phases, num_nodes=inner.num_nodes,
+                     params=params, node_labels=dict(inner.node_labels), notes=notes, topology=topology)
+    return sched
 
 
 __all__ = ["CoreView", "core_view", "fold_phases", "layout_text", "needs_core", "serves_uneven"]

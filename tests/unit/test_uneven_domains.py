@@ -129,11 +129,24 @@ def test_uneven_domains_fold_extras_onto_the_core():
     assert all(len(sched.program(extra)) == 2 for extra in (1, 2, 3, 5, 6, 7))
 
 
-@pytest.mark.parametrize("collective", ["reduce_scatter", "allgather"])
-def test_hierarchical_reduce_scatter_on_uneven_domains_names_the_layout(collective):
+@pytest.mark.parametrize("name", ["3+2", "4+4+1"])
+@pytest.mark.parametrize("params", [{}, {"inter": "ring"}, {"intra": "ring", "inter": "rabenseifner"}])
+def test_hierarchical_reduce_scatter_on_uneven_domains_runs_as_the_cores_allreduce(name, params):
+    t = layout(name)
+    p = t.world_size
+    for count in (3 * p, 0):
+        sched = build("hierarchical", collective="reduce_scatter", world_size=p, count=count, topology=t,
+                      dtype="int64", **params)
+        check(sched, "reduce_scatter", count)
+    assert sched.params["as_allreduce"] and sched.phases[-1].name.startswith("unfold: each extra's block")
+    event = simulate(sched, t, mode="event").time
+    assert simulate(sched, t, mode="analytic").time == pytest.approx(event, rel=0.02)
+
+
+def test_hierarchical_allgather_on_uneven_domains_names_the_layout():
     t = layout("3+2")
-    with pytest.raises(ValueError, match=r"domains of 3\+2.*allreduce.*ring"):
-        build("hierarchical", collective=collective, world_size=5, count=10, topology=t)
+    with pytest.raises(ValueError, match=r"domains of 3\+2.*ring.*allreduce serves"):
+        build("hierarchical", collective="allgather", world_size=5, count=2, topology=t)
 
 
 def test_hierarchical_alltoall_on_scattered_domains_names_the_layout_and_alternatives():

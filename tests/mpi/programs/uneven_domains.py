@@ -1,5 +1,6 @@
-"""Run under mpiexec: hierarchical allreduces on domains given by `--domains` (JSON: a list of domain sizes or
-of rank lists, passed to collectives.init as ranks_per_domain), checked against MPI's own Allreduce.
+"""Run under mpiexec: hierarchical allreduces (and hierarchical reduce_scatter) on domains given by `--domains`
+(JSON: a list of domain sizes or of rank lists, passed to collectives.init as ranks_per_domain), checked against
+MPI's own Allreduce (Reduce_scatter_block).
 
 Every case must equal MPI_Allreduce bitwise for int32/int64 and within float32's bound for float32 sums, be
 bitwise identical on every rank, and run the schedule asked for (the communicator's topology must show the
@@ -72,6 +73,24 @@ def main() -> int:
                         failures.append(f"{algorithm} {params} {dtype} n={count}: differs from MPI_Allreduce")
                 except Exception:  # noqa: BLE001  (reported, then the job fails)
                     failures.append(f"{algorithm} {params} {dtype} n={count}: {traceback.format_exc(limit=3)}")
+    for dtype in DTYPES:  # reduce_scatter: the core's allreduce, each extra's block back (algorithms/_uneven.py)
+        for k in (1, 300):
+            cases += 1
+            rng = np.random.default_rng(7 * rank + k)
+            x = (rng.integers(-100, 100, p * k) if dtype.kind == "i" else rng.standard_normal(p * k)).astype(dtype)
+            try:
+                got = comm.reduce_scatter(x, algorithm="hierarchical")
+                ref = np.empty(k, dtype)
+                mpi.Reduce_scatter_block([x, MPI_TYPES[dtype.name]], [ref, MPI_TYPES[dtype.name]], op=MPI.SUM)
+                if dtype.kind == "i":
+                    ok = np.array_equal(got, ref)
+                else:
+                    bound = p * np.finfo(np.float32).eps * mpi.allreduce(np.abs(x).astype(np.float64), op=MPI.SUM)
+                    ok = bool(np.all(np.abs(got.astype(np.float64) - ref) <= bound[rank * k:(rank + 1) * k] + 1e-30))
+                if not ok:
+                    failures.append(f"hierarchical reduce_scatter {dtype} k={k}: differs from Reduce_scatter_block")
+            except Exception:  # noqa: BLE001
+                failures.append(f"hierarchical reduce_scatter {dtype} k={k}: {traceback.format_exc(limit=3)}")
     failures = [f for fs in mpi.allgather(failures) for f in fs]
     if rank == 0:
         result = {"world_size": p, "domains": comm.domains, "cases": cases, "failures": len(failures),

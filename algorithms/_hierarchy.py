@@ -1,6 +1,7 @@
 """Shards and pieces: the buffer layout of a pipelined hierarchical allreduce, and the stages it is built from.
 
-Vocabulary. D domains of G GPUs; GPU j of domain d is rank d·G + j. The buffer is cut into `pieces` that stream
+Vocabulary. D domains of G GPUs; GPU j of domain d is rank `topology.domain_groups()[d, j]` (d·G + j unless
+the cluster has a placement). The buffer is cut into `pieces` that stream
 through the stages one round apart; each piece into G *shards* (shard j belongs to the GPUs of local index j, the
 *inter group* j on NIC rail j), each shard into `sub` *parts* when the inter-domain stage splits it further (the
 double binary tree's two halves). Piece-major table: chunk id = (piece x G + shard) x sub + part.
@@ -62,7 +63,7 @@ def intra_reduce_scatter(topology, intra: str, layout: Shards, lag: int) -> tupl
     """GPU j of every domain ends with shard j of each piece reduced over its domain: by the domain's switch
     (NVLS reduce at `lag`, scatter at lag + 1) or a ring inside the domain (G - 1 steps). (lanes, next lag)."""
     D, G = topology.num_domains, topology.gpus_per_domain
-    gpus = np.arange(topology.world_size, dtype=np.int64).reshape(D, G)
+    gpus = topology.domain_groups()
     if G == 1:
         return [], lag
     if intra == "nvls":
@@ -75,7 +76,7 @@ def intra_allgather(topology, intra: str, layout: Shards, lag: int) -> tuple[lis
     """Every GPU gets every shard of each piece from its domain: GPU j gives shard j to the switch, which
     multicasts the piece (NVLS), or a ring inside the domain. (lanes, next lag)."""
     D, G = topology.num_domains, topology.gpus_per_domain
-    gpus = np.arange(topology.world_size, dtype=np.int64).reshape(D, G)
+    gpus = topology.domain_groups()
     if G == 1:
         return [], lag
     if intra == "nvls":
@@ -101,7 +102,7 @@ def inter_allreduce(topology, inter: str, layout: Shards, lag: int, nodes: np.nd
     tree (`trees`, members among `nodes`; results by multicast: a unicast descent is slower than a piece per
     round, so it does not pipeline with the stages around it), or NCCL's double binary tree over the domains
     (each tree one half of the shard). (lanes, next lag)."""
-    D, G = topology.num_domains, topology.gpus_per_domain
+    D = topology.num_domains
     if D == 1:
         return [], lag
     if inter == "sharp":
@@ -111,7 +112,7 @@ def inter_allreduce(topology, inter: str, layout: Shards, lag: int, nodes: np.nd
         return lanes, lag + 2 * int(forest.depth.max())
     trees2 = double_binary_tree(D)
     H = max(int(t.height.max(initial=0)) for t in trees2)
-    group_members = np.arange(topology.world_size, dtype=np.int64).reshape(D, G).T  # (G, D): member of (j, d)
+    group_members = topology.domain_groups().T  # (G, D): member of (j, d)
     lanes = []
     for b, tree in enumerate(trees2):
         lanes += tree_lanes(tree, group_members, lambda k, j, b=b: layout.part(k, j, b), lag, height=H)

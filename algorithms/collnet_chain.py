@@ -27,6 +27,7 @@ from collectives.topology.capabilities import dtype_name
 from ._hierarchy import Shards, members, rail_trees
 from ._innetwork import collnet_setup, finish
 from ._pipeline import memo, pipelined_phase
+from ._uneven import serves_uneven
 from .double_binary_tree import Tree, tree_down_lanes, tree_up_lanes
 from .sharp import build_forest, climb_lanes, descent_lanes
 
@@ -40,6 +41,7 @@ def chain(G: int) -> Tree:
 @register("collnet_chain", ("allreduce",), needs_topology=True,
           summary="NCCL's CollNetChain: per channel a chain reduce inside each domain to its head GPU, SHARP "
                   "allreduce of the heads over their rail, chain broadcast back; pipelined")
+@serves_uneven("collnet_chain")
 def build_collnet_chain(collective: str, world_size: int, count: int, *, root=None, topology=None,
                         dtype="float32", op: str = "sum", chunks: int | None = None, protocol: str = "Simple",
                         trees_in_use: int = 0, sat_lock: str = "granted", fallback: str = "ring") -> Schedule:
@@ -59,10 +61,11 @@ def build_collnet_chain(collective: str, world_size: int, count: int, *, root=No
         L = int(forest.depth.max())
         d = np.arange(D, dtype=np.int64)[:, None]
         q = np.arange(G, dtype=np.int64)[None, :]
+        dom = topology.domain_groups()
         link = chain(G)
         up, down = [], []
         for ch in range(G):  # channel ch: chain tail GPU ch + 1, ..., head GPU ch, in every domain at once
-            order = d * G + (ch + 1 + q) % G  # (D, G): member at chain position q of domain d
+            order = dom[d, (ch + 1 + q) % G]  # (D, G): member at chain position q of domain d
             data = lambda k, r, ch=ch: slices.shard(k, ch)  # noqa: E731
             up += tree_up_lanes(link, order, data, 0)
             down += tree_down_lanes(link, order, data, G - 1 + 2 * L)

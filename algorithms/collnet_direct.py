@@ -27,6 +27,7 @@ from collectives.topology.capabilities import dtype_name
 from ._hierarchy import Shards, members, rail_trees
 from ._innetwork import collnet_setup, finish
 from ._pipeline import lane, memo, pipelined_phase
+from ._uneven import serves_uneven
 from .sharp import build_forest, climb_lanes, descent_lanes
 
 
@@ -51,6 +52,7 @@ def direct_lanes(gpus: np.ndarray, lag: int, shard, reduce: bool) -> list:
 @register("collnet_direct", ("allreduce",), needs_topology=True,
           summary="NCCL's CollNetDirect: direct reduce-scatter to the GPUs of each rail, SHARP allreduce of each "
                   "shard over its rail, direct allgather; pipelined over `chunks` pieces")
+@serves_uneven("collnet_direct")
 def build_collnet_direct(collective: str, world_size: int, count: int, *, root=None, topology=None,
                          dtype="float32", op: str = "sum", chunks: int | None = None, protocol: str = "Simple",
                          trees_in_use: int = 0, sat_lock: str = "granted", fallback: str = "ring") -> Schedule:
@@ -61,11 +63,11 @@ def build_collnet_direct(collective: str, world_size: int, count: int, *, root=N
     if fell_back is not None:
         return fell_back
     c, trees, plan, fabric, notes = setup
-    D, G = topology.num_domains, topology.gpus_per_domain
+    G = topology.gpus_per_domain
     shards = Shards(c, G)
 
     def stages():  # independent of the size: kept across a sweep's sizes
-        gpus = np.arange(world_size, dtype=np.int64).reshape(D, G)
+        gpus = topology.domain_groups()
         nodes = members(topology, False, fabric)
         forest = build_forest(trees, nodes)
         data = lambda k, v: shards.shard(k, forest.tree[v])  # noqa: E731  (rail j's tree reduces shard j)

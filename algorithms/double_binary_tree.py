@@ -239,6 +239,8 @@ def nccl_trees(topology, channels: int) -> list[Tree]:
     GPU of its chain and two domains' heads."""
     G, D = topology.gpus_per_domain, topology.num_domains
     domain_trees = double_binary_tree(D)
+    if getattr(topology, "placed", False):
+        return _placed_nccl_trees(topology, channels, domain_trees)
     out = []
     d = np.repeat(np.arange(D, dtype=np.int64), G)
     j = np.tile(np.arange(G, dtype=np.int64), D)
@@ -248,6 +250,27 @@ def nccl_trees(topology, channels: int) -> list[Tree]:
         q = (j - h) % G  # position in the domain's chain, head first
         parent = np.where(q > 0, d * G + (j - 1) % G, np.where(tr.parent[d] >= 0, tr.parent[d] * G + h, -1))
         out.append(Tree.from_parents(parent, max_children=3))
+    return out
+
+
+def _placed_nccl_trees(topology, channels: int, domain_trees: list[Tree]) -> list[Tree]:
+    """nccl_trees on a cluster with a placement: domain d's chain over its n_d ranks in local slot order, headed
+    by its GPU of local index (c // 2) mod n_d."""
+    dom = topology.domain_groups()
+    D, G = dom.shape
+    n = (dom >= 0).sum(axis=1)
+    d, j = np.nonzero(dom >= 0)
+    rank = dom[d, j]
+    out = []
+    for c in range(channels):
+        tr = domain_trees[c % 2]
+        heads = dom[np.arange(D), (c // 2) % n]
+        q = (j - (c // 2) % n[d]) % n[d]
+        up = tr.parent[d]
+        parent = np.where(q > 0, dom[d, (j - 1) % n[d]], np.where(up >= 0, heads[np.maximum(up, 0)], -1))
+        by_rank = np.empty(rank.size, np.int64)
+        by_rank[rank] = parent
+        out.append(Tree.from_parents(by_rank, max_children=3))
     return out
 
 

@@ -37,6 +37,7 @@ from collectives.topology.capabilities import dtype_name
 from ._hierarchy import Shards, inter_allreduce, intra_allgather, intra_reduce_scatter, members, rail_trees
 from ._innetwork import check_topology, fall_back, finish, itemsize, runtime_pieces, sharp_plan
 from ._pipeline import memo, pipelined_phase
+from ._uneven import serves_uneven
 from .double_binary_tree import dbt_rounds, double_binary_tree
 from .nvls import nvls_phase
 from .rabenseifner import halving_round
@@ -54,12 +55,25 @@ CLASS = {("nvls", "sharp"): "nvls", ("nvls", "double_binary_tree"): "nvls_tree",
          ("ring", "double_binary_tree"): "tree"}
 
 
-def transpose_phase(p: int, D: int, G: int, work: int, to_owner: bool) -> Phase:
-    """Rank m = d*G + j holds block held(m) = j*D + d after the inter phase; holder(b) inverts it."""
+def held_blocks(dom: np.ndarray) -> np.ndarray:
+    """Per rank: the block it holds after the inter phase, j*D + d for the GPU of local index j in domain d
+    (`dom`: the (D, G) domain table, every slot filled)."""
+    D, G = dom.shape
+    held = np.empty(D * G, np.int64)
+    held[dom.ravel()] = (np.arange(G, dtype=np.int64)[None, :] * D + np.arange(D, dtype=np.int64)[:, None]).ravel()
+    return held
+
+
+def transpose_phase(p: int, dom: np.ndarray, work: int, to_owner: bool) -> Phase:
+    """Rank m holds block held(m) after the inter phase (held_blocks); holder(b) inverts it. Without a
+    placement rank m = d*G + j and held(m) = j*D + d."""
+    held_of = held_blocks(dom)
+    holder_of = np.empty_like(held_of)
+    holder_of[held_of] = np.arange(p, dtype=np.int64)
 
     def slots(m, t):
-        held = (m % G) * D + m // G
-        holder = (m % D) * G + m // D
+        held = held_of[m]
+        holder = holder_of[m]
         if to_owner:
             return [send(np.where(held != m, held, -1), held), recv(np.where(holder != m, holder, -1), m)]
         return [send(np.where(holder != m, holder, -1), m), recv(np.where(held != m, held, -1), held)]
@@ -125,7 +139,7 @@ def sharp_phase(topology, kind: str, trees: list, work: int, chunks: int, multic
     forest = build_forest(trees)
     if kind == "gather":
         # after the transpose rank d·G + j holds block j·D + d; a switch's range: its children's, adjacent
-        lo, hi = _gather_ranges(forest, D, G)
+        lo, hi = _gather_ranges(forest, held_blocks(topology.domain_groups()))
         up = lambda k, v: (lo[v], hi[v] - lo[v])  # noqa: E731
         down = lambda k, v: (forest.tree[v] * D, D)  # noqa: E731
         lanes = climb_lanes(forest, up, reduce=False) + descent_lanes(forest, down, multicast=multicast)
@@ -136,7 +150,7 @@ def sharp_phase(topology, kind: str, trees: list, work: int, chunks: int, multic
                            chunks), forest
 
 
-def _gather_ranges(forest, D: int, G: int) -> tuple[np.ndarray, np.ndarray]:
+def _gather_ranges(forest, held: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per vertex: the block range [lo, hi) it holds in the gather (ranks: their block; switches: the union of
     their children's, which must be adjacent)."""
     f = forest
@@ -144,7 +158,7 @@ def _gather_ranges(forest, D: int, G: int) -> tuple[np.ndarray, np.ndarray]:
     hi = np.zeros(f.member.size, np.int64)
     ranks = f.level == 0
     node = f.members[f.member[ranks]]
-    lo[ranks] = (node % G) * D + node // G
+    lo[ranks] = held[node]
     hi[ranks] = lo[ranks] + 1
     for level in range(1, int(f.level.max(initial=0)) + 1):
         kids = np.flatnonzero(f.level == level - 1)
@@ -163,6 +177,7 @@ def _gather_ranges(forest, D: int, G: int) -> tuple[np.ndarray, np.ndarray]:
 @register("hierarchical", ("allreduce", "reduce_scatter", "allgather"), needs_topology=True,
           summary="intra-domain reduce-scatter (nvls|ring) -> inter-domain stage per shard over its rail "
                   "(sharp|ring|double_binary_tree|rabenseifner) -> intra-domain allgather; pipelined")
+@serves_uneven("hierarchical")
 def build_hierarchical(collective: str, world_size: int, count: int, *, root=None, topology=None,
                        dtype="float32", op: str = "sum", intra: str = "nvls", inter: str = "sharp",
                        chunks: int | None = None, inter_chunks: int | None = None, fallback: str = "ring",
@@ -311,7 +326,8 @@ def _sequential(topology, collective, intra_used, inter_used, plan, options, wor
                         lambda: _host_inter(inter_used, inter_kind, groups, off, length, k, ci))
             inter_phases = [Phase(ph.name, ph.groups, ChunkTable(off, length, ph.chunks.blocks, ph.chunks.sub),
                                   ph.rounds) for ph in made]
-    transpose = [transpose_phase(p, D, G, work, collective == "reduce_scatter")] if D > 1 and G > 1 else []
+    transpose = [transpose_phase(p, dom, work, collective == "reduce_scatter")] \
+        if D > 1 and G > 1 and collective != "allreduce" else []
     if collective == "allreduce":
         return intra_phase("reduce_scatter") + inter_phases + intra_phase("allgather")
     if collective == "reduce_scatter":

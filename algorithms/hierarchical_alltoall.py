@@ -136,8 +136,13 @@ def build_hierarchical_alltoall(collective: str, world_size: int, count: int, *,
     dom = np.asarray(topology.domain_groups(), dtype=np.int64)
     D, G = dom.shape
     if not np.array_equal(dom.ravel(), np.arange(world_size)):
-        raise ValueError("hierarchical_alltoall needs each domain's ranks consecutive (domain d = ranks d*G..d*G+G-1), "
-                         f"as collectives.topology clusters number them; {topology.name!r} does not")
+        # its inter-domain message lands in the receiver's output blocks of one domain's sources, contiguous
+        # only when they are consecutive ranks (and one message per domain pair needs equal domains)
+        rows = [row[row >= 0].tolist() for row in dom]
+        shown = "; ".join(",".join(map(str, row)) for row in rows[:4]) + ("; ..." if len(rows) > 4 else "")
+        raise ValueError(f"hierarchical_alltoall needs equal domains of consecutive ranks (domain d = ranks "
+                         f"d*G..d*G+G-1); {topology.name!r} places domains of {'+'.join(str(len(r)) for r in rows[:16])} "
+                         f"ranks ({shown}). Use pairwise, direct or bruck, which need no domains")
     blocks = AlltoallBlocks(collective, world_size, count, counts)
     staging = _Staging(blocks, D, G)
     phases = [domain_phase(blocks, staging, dom), rail_phase(blocks, staging, dom)]

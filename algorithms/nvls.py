@@ -32,6 +32,7 @@ from collectives.schedule import ChunkTable, Schedule, check_chunks, recv, recv_
 
 from ._innetwork import check_topology, fallback_schedule, finish, nbytes_of, runtime_pieces
 from ._pipeline import Lane, lane, memo, pipelined_phase
+from ._uneven import serves_uneven
 
 
 def _domain_rows(gpus: np.ndarray, switches: np.ndarray):
@@ -93,7 +94,7 @@ def nvls_members(topology) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(node ids of the members: every rank, then every domain switch; GPU members (D, G); switch members (D,))."""
     N, D = topology.world_size, topology.num_domains
     nodes = np.concatenate([np.arange(N, dtype=np.int64), topology.nvswitches()])
-    return nodes, np.arange(N, dtype=np.int64).reshape(D, -1), N + np.arange(D, dtype=np.int64)
+    return nodes, topology.domain_groups(), N + np.arange(D, dtype=np.int64)
 
 
 def nvls_phase(collective: str, topology, work: int, pieces: int):
@@ -122,6 +123,7 @@ def nvls_phase(collective: str, topology, work: int, pieces: int):
 @register("nvls", ("allreduce", "reduce_scatter", "allgather"), needs_topology=True,
           summary="NVLink SHARP in one domain: the switch reduces (reduce-scatter) and multicasts (allgather); "
                   "allreduce pipelines both per piece; `chunks` pieces (default: NCCL's chunking)")
+@serves_uneven("nvls")
 def build_nvls(collective: str, world_size: int, count: int, *, root=None, topology=None, dtype="float32",
                op: str = "sum", chunks: int | None = None, protocol: str = "Simple",
                fallback: str = "ring") -> Schedule:

@@ -28,6 +28,7 @@ from collectives.schedule import Schedule, check_chunks
 from ._hierarchy import Shards, members
 from ._innetwork import check_topology, fallback_schedule, finish, itemsize, runtime_pieces
 from ._pipeline import memo, pipelined_phase
+from ._uneven import serves_uneven
 from .double_binary_tree import double_binary_tree, tree_lanes
 from .nvls import gather_lanes, multicast_lanes, reduce_lanes, scatter_lanes
 
@@ -35,6 +36,7 @@ from .nvls import gather_lanes, multicast_lanes, reduce_lanes, scatter_lanes
 @register("nvls_tree", ("allreduce",), needs_topology=True,
           summary="NCCL's NVLSTree: NVLS reduce-scatter in each domain, double binary tree of each shard across "
                   "domains, NVLS allgather; pipelined over `chunks` pieces (default: NCCL's chunking)")
+@serves_uneven("nvls_tree")
 def build_nvls_tree(collective: str, world_size: int, count: int, *, root=None, topology=None, dtype="float32",
                     op: str = "sum", chunks: int | None = None, protocol: str = "Simple",
                     fallback: str = "ring") -> Schedule:
@@ -52,7 +54,7 @@ def build_nvls_tree(collective: str, world_size: int, count: int, *, root=None, 
     shards = Shards(c, G, 2)
 
     def stages():  # independent of the size: kept across a sweep's sizes
-        gpus = np.arange(world_size, dtype=np.int64).reshape(D, G)
+        gpus = topology.domain_groups()
         switches = world_size + np.arange(D, dtype=np.int64)
         lanes = []
         lag = 0

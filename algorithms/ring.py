@@ -103,6 +103,8 @@ def ring_lanes(groups: np.ndarray, lag: int, block, reduce: bool, owned: int = 0
 def ring_orders(p: int, channels: int, topology=None) -> np.ndarray:
     """(channels, p): channel c's ranks in ring order (see the module docstring)."""
     ranks = np.arange(p, dtype=np.int64)
+    if getattr(topology, "placed", False) and topology.world_size == p and topology.num_domains > 1:
+        return _placed_ring_orders(topology, channels)
     G = getattr(topology, "gpus_per_domain", p) if topology is not None else p
     D = p // G if G and p % G == 0 else 1
     if D <= 1 or G == 1:
@@ -113,6 +115,22 @@ def ring_orders(p: int, channels: int, topology=None) -> np.ndarray:
     for c in range(channels):
         start = (c % G + d * (G - 1)) % G  # the GPU channel c enters domain d at
         out.append((d * G + (start + i) % G).ravel())
+    return np.stack(out)
+
+
+def _placed_ring_orders(topology, channels: int) -> np.ndarray:
+    """ring_orders on a cluster with a placement: domain d's n_d ranks in its local slot order, entered at local
+    index (c + d (G - 1)) mod n_d (on equal domains the same rail crossings as consecutive ranks get)."""
+    dom = topology.domain_groups()
+    D, G = dom.shape
+    n = (dom >= 0).sum(axis=1)[:, None]
+    d = np.arange(D, dtype=np.int64)[:, None]
+    i = np.arange(G, dtype=np.int64)[None, :]
+    out = []
+    for c in range(channels):
+        start = (c % G + d * (G - 1)) % n
+        order = np.where(i < n, dom[d, (start + i) % n], -1).ravel()
+        out.append(order[order >= 0])
     return np.stack(out)
 
 

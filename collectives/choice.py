@@ -288,6 +288,7 @@ def resize(topology, world_size: int):
         return from_dict(d)
     if d.get("kind") == "cluster" and d.get("domains") == 1:
         d.update(gpus_per_domain=world_size, rails=None)
+        d.pop("placement", None)  # the domain's ranks were placed for another size
         return from_dict(d)
     raise ValueError(f"{topology.name} has {topology.world_size} ranks, not {world_size}; pass a topology of "
                      f"the job's size")

@@ -2,8 +2,13 @@
 
 The model (what the schedule builders and the simulators may rely on):
 
-- **Ranks.** Rank r is GPU `local = r % G` of domain `r // G` (G = gpus_per_domain). Its NIC sits on rail
-  `local % R` (R = rails, default G: GPU j of every domain on rail j).
+- **Ranks and placement.** The cluster has D x G GPU *slots*: slot s is GPU `local = s % G` of domain `s // G`
+  (G = gpus_per_domain). By default rank r occupies slot r (equal, consecutive domains). A `placement` (spec
+  field: row d lists domain d's ranks in local slot order) puts ranks anywhere: round-robin (a permutation), or
+  domains of unequal size (a domain of fewer ranks leaves its last slots empty: 3 + 2 ranks is D = 2, G = 3).
+  The fabric, rails and switches are those of the D x G slots whatever the placement; a rank's NIC sits on rail
+  `local % R` (R = rails, default G: GPU j of every domain on rail j). `domain_groups()` is the (D, G) rank table
+  (-1 in empty slots).
 - **Scale-up domain.** One switch node per domain (all NVSwitch chips of the domain as one non-blocking
   crossbar). Each GPU has an up link (GPU -> switch) and a down link (switch -> GPU) of `nvlink_bandwidth` per
   direction; GPU -> GPU in a domain crosses both. With `nvls`, the switch reduces and multicasts (`.nvls`).
@@ -26,13 +31,15 @@ The model (what the schedule builders and the simulators may rely on):
 - **Latency.** A link's latency includes the switch it enters: NVLink hops `nvlink_latency` each; NIC up
   `nic_latency + switch_latency`, NIC down `nic_latency`; fabric hops `fabric_latency + switch_latency`.
 
-Nothing here is per GPU: construction is arithmetic, and every query is vectorized over numpy arrays.
+Nothing here is per GPU: construction is arithmetic (a placement adds two index arrays), and every query is
+vectorized over numpy arrays; without a placement, rank -> slot is the identity and costs nothing.
 """
 
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -65,7 +72,19 @@ class Cluster(ClusterLinks, ClusterSharpTrees, Topology):
         self.name = s.name
         G, R, D = s.gpus_per_domain, s.num_rails, s.domains
         self.G, self.R, self.D = G, R, D
-        self.world_size = N = D * G
+        # rank -> slot and slot -> rank (-1: empty slot), or None for the identity (no placement)
+        self._slot: np.ndarray | None = None
+        self._rank_at: np.ndarray | None = None
+        if s.placement is not None:
+            rows = s.placement
+            slot_table = np.full((D, G), -1, dtype=np.int64)
+            for d, row in enumerate(rows):
+                slot_table[d, :len(row)] = row
+            self._rank_at = slot_table.ravel()
+            used = np.flatnonzero(self._rank_at >= 0)
+            self._slot = np.empty(used.size, dtype=np.int64)
+            self._slot[self._rank_at[used]] = used
+        self.world_size = N = D * G if self._slot is None else int(self._slot.size)
         self.per_rail_slot = G // R  # GPUs of one rail in a domain
         self.E = D * self.per_rail_slot  # endpoints per rail
         self.reduce_bandwidth = s.reduce_bandwidth
@@ -147,6 +166,18 @@ class Cluster(ClusterLinks, ClusterSharpTrees, Topology):
         return self.R
 
     @property
+    def placed(self) -> bool:
+        """Whether ranks sit other than rank r in slot r (a `placement`: unequal or non-consecutive domains)."""
+        return self._slot is not None
+
+    @property
+    def domain_sizes(self) -> tuple[int, ...]:
+        """Ranks per domain."""
+        if self._rank_at is None:
+            return (self.G,) * self.D
+        return tuple((self._rank_at.reshape(self.D, self.G) >= 0).sum(axis=1).tolist())
+
+    @property
     def nvls(self) -> NvlsSpec:
         s = self.spec
         derate = nvls_derate(s.gpu, s.gpus_per_domain) if s.nvls_derate is None else float(s.nvls_derate)
@@ -187,14 +218,24 @@ class Cluster(ClusterLinks, ClusterSharpTrees, Topology):
             raise ValueError(f"ranks must be in [0, {self.world_size})")
         return r
 
+    def _slots(self, r: np.ndarray) -> np.ndarray:
+        """Slots of ranks (checked ranks): the identity without a placement."""
+        return r if self._slot is None else self._slot[r]
+
+    def _domains_of(self, nodes: np.ndarray) -> np.ndarray:
+        """Domain of each node that is a rank (any value elsewhere: callers mask non-ranks out)."""
+        if self._slot is None:
+            return nodes // self.G
+        return self._slot[np.clip(nodes, 0, self.world_size - 1)] // self.G
+
     def rank_domain(self, ranks: object) -> np.ndarray:
-        return self._ranks(ranks) // self.G
+        return self._slots(self._ranks(ranks)) // self.G
 
     def rank_local(self, ranks: object) -> np.ndarray:
-        return self._ranks(ranks) % self.G
+        return self._slots(self._ranks(ranks)) % self.G
 
     def rank_rail(self, ranks: object) -> np.ndarray:
-        return self._ranks(ranks) % self.G % self.R
+        return self._slots(self._ranks(ranks)) % self.G % self.R
 
     def nvswitch_of(self, ranks: object) -> np.ndarray:
         """Node id of each rank's domain switch."""
@@ -202,7 +243,7 @@ class Cluster(ClusterLinks, ClusterSharpTrees, Topology):
 
     def _fabric_host(self, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(tree, host slot) of ranks' NICs."""
-        d, j = np.divmod(r, self.G)
+        d, j = np.divmod(self._slots(r), self.G)
         g, rail = np.divmod(j, self.R)
         e = d * self.per_rail_slot + g  # endpoint index within the rail
         if self.per_rail:
@@ -224,7 +265,10 @@ class Cluster(ClusterLinks, ClusterSharpTrees, Topology):
             e = b * self.H + slot
         valid = (e < self.E) & (rail < self.R)
         d, g = np.divmod(e, self.per_rail_slot)
-        return np.where(valid, d * self.G + g * self.R + rail, -1)
+        slot = np.where(valid, d * self.G + g * self.R + rail, -1)
+        if self._rank_at is None:
+            return slot
+        return np.where(valid, self._rank_at[np.maximum(slot, 0)], -1)
 
     def leaf_of(self, ranks: object) -> np.ndarray:
         """Node id of each rank's leaf switch."""
@@ -236,14 +280,18 @@ class Cluster(ClusterLinks, ClusterSharpTrees, Topology):
     def locate(self, ranks: object) -> RankLocation:
         r = self._ranks(ranks)
         leaf = self.leaf_of(r) if self.tree is not None else np.full(r.shape, -1, dtype=np.int64)
-        return RankLocation(r // self.G, r % self.G, r % self.G % self.R, leaf, self.nvswitch_base + r // self.G)
+        slot = self._slots(r)
+        return RankLocation(slot // self.G, slot % self.G, slot % self.G % self.R, leaf,
+                            self.nvswitch_base + slot // self.G)
 
     def domain_groups(self) -> np.ndarray:
-        """(domains, gpus_per_domain) ranks: row d is domain d."""
-        return np.arange(self.world_size, dtype=np.int64).reshape(self.D, self.G)
+        """(domains, gpus_per_domain) ranks: row d is domain d in local slot order, -1 in empty slots."""
+        if self._rank_at is None:
+            return np.arange(self.world_size, dtype=np.int64).reshape(self.D, self.G)
+        return self._rank_at.reshape(self.D, self.G).copy()
 
     def rail_groups(self) -> np.ndarray:
-        """(rails, endpoints per rail) ranks: row j is rail j, in domain order."""
+        """(rails, endpoints per rail) ranks: row j is rail j, in domain order (-1 in empty slots)."""
         ranks = self.domain_groups().reshape(self.D, self.per_rail_slot, self.R)
         return ranks.transpose(2, 0, 1).reshape(self.R, self.E)
 
@@ -319,8 +367,8 @@ class Cluster(ClusterLinks, ClusterSharpTrees, Topology):
     def children(self, node: int) -> np.ndarray:
         """Distinct child nodes of a switch: the ranks of a domain or leaf, or the switches below."""
         if self.nvswitch_base <= node < self.fabric_base:
-            d = node - self.nvswitch_base
-            return np.arange(d * self.G, (d + 1) * self.G, dtype=np.int64)
+            row = self.domain_groups()[node - self.nvswitch_base]
+            return np.sort(row[row >= 0])
         lv, t, i = self._switch_address(node)
         assert self.tree is not None
         child, _ = self.tree.children(lv, i)
@@ -391,7 +439,7 @@ class Cluster(ClusterLinks, ClusterSharpTrees, Topology):
         sh = self.sharp
         out: dict[str, Any] = {
             "name": s.name, "gpus": self.world_size, "domains": self.D, "gpus_per_domain": self.G,
-            "rails": self.R, "rail_fabric": s.rail_fabric, "nic_planes": s.nic_planes, "levels": self.levels,
+            "rails": self.R, "rail_fabric": s.rail_fabric, "domain_sizes": list(self.domain_sizes), "nic_planes": s.nic_planes, "levels": self.levels,
             "switches_per_plane": self.switch_counts(), "nodes": self.num_nodes, "links": self.num_links,
         }
         if sh.enabled:
@@ -403,7 +451,13 @@ class Cluster(ClusterLinks, ClusterSharpTrees, Topology):
         planes = s.nic_planes
         lines = [f"{s.name}: {s.description}" if s.description else s.name]
         host = f" ({self.G // s.gpus_per_host} hosts of {s.gpus_per_host} GPUs each)" if s.gpus_per_host else ""
-        lines.append(f"  GPUs            {self.world_size:,} = {self.D:,} domains x {self.G}{host}")
+        if self.placed:
+            sizes = self.domain_sizes
+            layout = "+".join(map(str, sizes)) if len(sizes) <= 16 else f"{min(sizes)}..{max(sizes)} per domain"
+            lines.append(f"  GPUs            {self.world_size:,} ranks placed in {self.D:,} domains x {self.G} "
+                         f"slots{host}: {layout}")
+        else:
+            lines.append(f"  GPUs            {self.world_size:,} = {self.D:,} domains x {self.G}{host}")
         links = (f" ({s.nvlink_links} links x {s.nvlink_link_bandwidth / 1e9:g} GB/s)"
                  if s.nvlink_links is not None else "")
         lines.append(f"  NVLink          {s.nvlink_bandwidth / 1e9:,.1f} GB/s per GPU per direction{links}, "
@@ -455,16 +509,34 @@ class Cluster(ClusterLinks, ClusterSharpTrees, Topology):
         return "\n".join(lines)
 
 
-def cluster(domains: int = 1, gpus_per_domain: int = 8, **params: Any) -> Cluster:
+def cluster(domains: int | None = None, gpus_per_domain: int | None = None, *,
+            domain_sizes: Sequence[int] | None = None, **params: Any) -> Cluster:
     """Build any cluster: `domains` scale-up domains of `gpus_per_domain` GPUs on a rail-aligned fat-tree.
 
+    Uneven or scattered domains: `domain_sizes=(3, 2)` (consecutive ranks, domains of 3 and 2) or
+    `placement=[[0, 2, 4], [1, 3, 5]]` (each domain's ranks, round-robin here); `domains` then defaults to the
+    number of domains and `gpus_per_domain` to the largest. Defaults otherwise: 1 domain of 8 GPUs.
     Every other parameter is a `ClusterSpec` field (nic_bandwidth, nvlink_bandwidth, radix, levels,
     oversubscription, rail_fabric, sharp, ...); unknown names raise ValueError listing the valid ones.
     """
     check_names(params, ClusterSpec.fields(), "cluster")
     if isinstance(params.get("fabric_bandwidth"), list):
         params["fabric_bandwidth"] = tuple(params["fabric_bandwidth"])
-    return Cluster(ClusterSpec(domains=domains, gpus_per_domain=gpus_per_domain, **params))
+    if domain_sizes is not None:
+        if params.get("placement") is not None:
+            raise ValueError("give domain_sizes= or placement=, not both")
+        sizes = [int(n) for n in domain_sizes]
+        if not sizes or min(sizes) < 1:
+            raise ValueError(f"domain_sizes must be positive rank counts, one per domain, got {domain_sizes!r}")
+        starts = np.cumsum([0] + sizes)
+        params["placement"] = [list(range(a, b)) for a, b in zip(starts[:-1].tolist(), starts[1:].tolist(),
+                                                                      strict=True)]
+    rows = params.get("placement")
+    if rows is not None:
+        domains = len(rows) if domains is None else domains
+        gpus_per_domain = max((len(row) for row in rows), default=1) if gpus_per_domain is None else gpus_per_domain
+    return Cluster(ClusterSpec(domains=1 if domains is None else domains,
+                               gpus_per_domain=8 if gpus_per_domain is None else gpus_per_domain, **params))
 
 
 __all__ = ["Cluster", "ClusterSpec", "RankLocation", "SharpLevel", "SharpTree", "check_names", "cluster"]

@@ -37,7 +37,7 @@ class ClusterLinks:
             start, _, _, _, kind, lv, direction = self._blocks[b]
             off = ids[sel] - start
             if kind == "nvlink":
-                lower, upper = off, self.nvswitch_base + off // self.G
+                lower, upper = off, self.nvswitch_base + self._domains_of(off)
             else:
                 assert self.tree is not None
                 t, c = np.divmod(off, self.tree.cables[lv])
@@ -66,7 +66,7 @@ class ClusterLinks:
         for a, b, down in ((s, d, False), (d, s, True)):  # a: the lower end, b: the upper end
             lower_rank = (a >= 0) & (a < N)
             # rank <-> its domain switch
-            m = lower_rank & (b == self.nvswitch_base + np.where(lower_rank, a, 0) // self.G)
+            m = lower_rank & (b == self.nvswitch_base + self._domains_of(np.where(lower_rank, a, 0)))
             out[m] = (a[m] + (N if down else 0))
             if self.tree is None:
                 continue
@@ -144,7 +144,7 @@ class ClusterLinks:
         other = ~both
         if other.any():
             out[other, 0] = self.link_between(s[other], d[other])
-        sd, dd = s // self.G, d // self.G
+        sd, dd = self._domains_of(s), self._domains_of(d)
         intra = both & (sd == dd) & (s != d)
         out[intra, 0] = s[intra]
         out[intra, 1] = N + d[intra]
@@ -166,7 +166,7 @@ class ClusterLinks:
         N, F = self.world_size, s.size
         both = (s < N) & (d < N)
         other = np.flatnonzero(~both)
-        sd, dd = s // self.G, d // self.G
+        sd, dd = self._domains_of(s), self._domains_of(d)
         intra = np.flatnonzero(both & (sd == dd) & (s != d))
         inter = np.flatnonzero(both & (sd != dd))
         count = np.zeros(F, np.int64)
@@ -206,9 +206,17 @@ class ClusterLinks:
         cols = np.full((s.size, self.max_hops), -1, dtype=np.int64)
         first = np.zeros(s.size, dtype=np.int64)
         if self.per_rail:
-            rs, rd = s % self.G % self.R, d % self.G % self.R
+            ss = self._slots(s)
+            rs, rd = ss % self.G % self.R, self._slots(d) % self.G % self.R
             pxn = rs != rd
-            proxy = np.where(pxn, s - rs + rd, s)
+            proxy = np.where(pxn, ss - rs + rd, ss)
+            if self._rank_at is not None:
+                proxy = self._rank_at[proxy]
+                if np.any(proxy < 0):
+                    f = int(np.flatnonzero(proxy < 0)[0])
+                    raise ValueError(f"{self.name}: rank {int(s[f])} reaches rail {int(rd[f])} through the GPU of "
+                                     "that rail in its domain (PXN) and that slot is empty in this placement; "
+                                     "use rail_fabric='single' for domains with empty slots")
             cols[pxn, 0] = s[pxn]
             cols[pxn, 1] = N + proxy[pxn]
             s = proxy

@@ -190,19 +190,24 @@ def preset(name: str, *, defaults_only: bool = False, **overrides: Any) -> Clust
     """A named cluster; any `ClusterSpec` field can be overridden, and the size by its alias:
     `racks=` (gb300-nvl72, gb200-nvl72), `nodes=` (dgx-h100, dgx-h200, dgx-b200, dgx-b300), `ranks=` (loopback).
 
-    E.g. `preset("gb200-nvl72", racks=3, gpus_per_domain=4)`: three 4-GPU NVLink partitions, one per rack. Giving
+    E.g. `preset("gb200-nvl72", racks=3, gpus_per_domain=4)`: three 4-GPU NVLink partitions, one per rack;
+    `preset("dgx-h100", domain_sizes=[3, 2])`: a job of 3 + 2 ranks on two of its 8-GPU nodes (`placement=` names
+    each domain's ranks instead). Giving
     nvlink_links or nvlink_link_bandwidth recomputes nvlink_bandwidth; giving nvlink_bandwidth alone drops the
     link breakdown. `defaults_only=True` ignores what a loader would read (the loopback calibration file): the
     same model on every host, for choices every rank must make alike."""
     p = _get(name)
     params = dict(p.params) if defaults_only else preset_parameters(name)
-    valid = (*ClusterSpec.fields(), p.size_alias)
+    valid = (*ClusterSpec.fields(), p.size_alias, "domain_sizes")
     check_names(overrides, valid, f"preset {name!r}")
     overrides = dict(overrides)
     if p.size_alias in overrides:
         if p.size_field in overrides:
             raise ValueError(f"give the size of {name!r} once: {p.size_alias}= or {p.size_field}=")
         overrides[p.size_field] = overrides.pop(p.size_alias)
+    rows = overrides.get("placement") or overrides.get("domain_sizes")
+    if rows is not None and "domains" not in overrides:
+        overrides["domains"] = len(rows)  # a job's placement on the preset's machines: as many domains as it uses
     links = {"nvlink_links", "nvlink_link_bandwidth"}
     if "nvlink_bandwidth" not in overrides and links & set(overrides):
         n, per_link = overrides.get("nvlink_links", params.get("nvlink_links")), \

@@ -85,6 +85,7 @@ class ClusterSharpTrees:
             raise ValueError(f"{self.name} has no fabric, so no SHARP tree")
         if ranks is None:
             ranks = np.arange(self.world_size) if rail is None else self.rail_groups()[self._rail(rail)]
+            ranks = ranks[ranks >= 0]  # a placement's empty slots
         r = _sorted_unique(self._ranks(ranks))
         if r.size == 0:
             raise ValueError("a SHARP tree needs at least one rank")

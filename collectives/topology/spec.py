@@ -27,6 +27,9 @@ class ClusterSpec:
     domains: int = 1
     gpus_per_domain: int = 8
     gpus_per_host: int | None = None  # informational: GPUs per VM / compute tray
+    # which GPU slot each rank occupies: row d lists domain d's ranks in local slot order (fewer than
+    # gpus_per_domain leaves the domain's last slots empty); None: rank r in slot r (equal, consecutive domains)
+    placement: tuple[tuple[int, ...], ...] | None = None
     # per GPU per direction; with nvlink_links and nvlink_link_bandwidth it must be their product (NCCL's
     # application-level figure: links x per-link bandwidth, src/graph/topo.h SM90_NVLINK_BW / SM100_NVLINK_BW)
     nvlink_bandwidth: float = 450e9
@@ -87,6 +90,9 @@ class ClusterSpec:
 
         positive_int("domains", self.domains)
         positive_int("gpus_per_domain", self.gpus_per_domain)
+        if self.placement is not None:
+            object.__setattr__(self, "placement", check_placement(self.placement, self.domains,
+                                                                  self.gpus_per_domain))
         if self.gpus_per_host is not None:
             positive_int("gpus_per_host", self.gpus_per_host)
         positive_int("nic_planes", self.nic_planes)
@@ -177,7 +183,33 @@ class ClusterSpec:
         d = dataclasses.asdict(self)
         if isinstance(d["fabric_bandwidth"], tuple):
             d["fabric_bandwidth"] = list(d["fabric_bandwidth"])
+        if d["placement"] is None:
+            del d["placement"]  # the equal, consecutive layout: saved files stay as they were
+        else:
+            d["placement"] = [list(row) for row in d["placement"]]
         return d
+
+
+def check_placement(placement: Any, domains: int, gpus_per_domain: int) -> tuple[tuple[int, ...], ...] | None:
+    """`placement` as a tuple of rows (domain d's ranks, local slot order), checked: `domains` non-empty rows of
+    at most `gpus_per_domain` ranks, every rank 0..N-1 exactly once. None when it is the default layout (rank r
+    in slot r of full domains), so equal, consecutive clusters keep their fast arithmetic path."""
+    try:
+        rows = tuple(tuple(int(r) for r in row) for row in placement)
+    except (TypeError, ValueError):
+        raise ValueError(f"placement must be a list of rank lists, one per domain, got {placement!r}") from None
+    sizes = [len(row) for row in rows]
+    if len(rows) != domains:
+        raise ValueError(f"placement has {len(rows)} domain(s) but the cluster has domains={domains}")
+    if min(sizes, default=0) < 1 or max(sizes, default=0) > gpus_per_domain:
+        raise ValueError(f"placement's domains hold {'+'.join(map(str, sizes))} ranks; each must hold 1.."
+                         f"{gpus_per_domain} (gpus_per_domain)")
+    flat = sorted(r for row in rows for r in row)
+    if flat != list(range(len(flat))):
+        raise ValueError(f"placement must name every rank 0..{len(flat) - 1} exactly once, got {rows!r}")
+    if all(size == gpus_per_domain for size in sizes) and flat == [r for row in rows for r in row]:
+        return None
+    return rows
 
 
 def check_names(given: dict[str, Any] | Any, valid: tuple[str, ...] | list[str], what: str) -> None:
@@ -187,4 +219,4 @@ def check_names(given: dict[str, Any] | Any, valid: tuple[str, ...] | list[str],
                          f"valid: {', '.join(sorted(valid))}")
 
 
-__all__ = ["FABRIC_TIERS", "LEVEL_NAMES", "RAIL_FABRICS", "ClusterSpec", "check_names"]
+__all__ = ["FABRIC_TIERS", "LEVEL_NAMES", "RAIL_FABRICS", "ClusterSpec", "check_names", "check_placement"]

@@ -18,7 +18,9 @@ class Options:
     accumulate: str | None = None  # "float32": 16-bit float sums carried in float32, rounded once
     deterministic: bool | None = None  # True: fixed rank-order reductions (algorithm 'direct')
     check: str | None = None  # call agreement: "metadata" (default), "full", "off"
-    ranks_per_domain: int | None = None  # scale-up domain size for hierarchical algorithms (default: per host)
+    # scale-up domains for hierarchical algorithms (default: per host): a size k, a list of domain sizes ([3, 2])
+    # or a list of rank lists ([[0, 2, 4], [1, 3]]), as collectives.init takes
+    ranks_per_domain: int | list | None = None
     # what the default group runs on: "mpi" (the MPI world of mpiexec), "store" (torch's store and gloo: torchrun,
     # spawn); None: "mpi" when an MPI launcher started at least this job's ranks, else "store". Sub-groups run on
     # the default group's runtime.

@@ -22,7 +22,7 @@ from ..schedule.collective import REDUCING
 from . import calls, choose, context, p2p
 from .agreement import check_mode
 from .calls import check_timeout
-from .domains import find_domains, topology_for
+from .domains import DomainSpec, find_domains, topology_for
 from .errors import CollectiveTimeoutError
 from .host import discover, share_kernel_threads, warn_if_alone
 from .plans import Plan
@@ -57,7 +57,7 @@ class Communicator:
     counted in `stats["native_calls"]`.
     """
 
-    def __init__(self, comm: MPI.Comm | Runtime, *, ranks_per_domain: int | None = None, topology=None,
+    def __init__(self, comm: MPI.Comm | Runtime, *, ranks_per_domain: DomainSpec | None = None, topology=None,
                  timeout: float | None = None, world: daemon.World | None = None, check: str | None = None,
                  deterministic: bool | None = None, accumulate: str | None = None) -> None:
         timeout = environment.get("COLLECTIVES_TIMEOUT") if timeout is None else check_timeout(timeout,
@@ -525,7 +525,7 @@ def exchange_counts(ctx, sends: tuple[int, ...], recvs: tuple[int, ...], dtype: 
     return counts.copy()
 
 
-def init(mpi_comm: MPI.Comm | Runtime | None = None, *, ranks_per_domain: int | None = None, topology=None,
+def init(mpi_comm: MPI.Comm | Runtime | None = None, *, ranks_per_domain: DomainSpec | None = None, topology=None,
          timeout: float | None = None, check: str | None = None, deterministic: bool | None = None,
          accumulate: str | None = None) -> Communicator:
     """Create a Communicator over `mpi_comm` (default: MPI_COMM_WORLD, minus any switch daemons), or over a

@@ -1,0 +1,182 @@
+"""Uneven and scattered domains (issue #23 point 4): a cluster placement of 3 + 2, 4 + 4 + 1 and round-robin
+ranks; the hierarchical and in-network schedules on it proved by the verifier, run by the emulator (int64,
+bitwise against numpy) and timed alike by the event and analytic simulators; the transport's domain grouping."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_innetwork import check
+
+from collectives import algorithms, simulate  # noqa: F401  (registers the builders)
+from collectives.registry import build
+from collectives.topology import cluster, from_dict, preset
+from collectives.transport.domains import find_domains, topology_for
+
+LAYOUTS = {
+    "3+2": {"domain_sizes": (3, 2)},
+    "4+4+1": {"domain_sizes": (4, 4, 1)},
+    "round-robin": {"placement": [[0, 2, 4], [1, 3, 5]]},
+}
+ALLREDUCE = [
+    ("hierarchical", {}),  # NVLS intra, SHARP inter, pipelined
+    ("hierarchical", {"inter": "ring"}),
+    ("hierarchical", {"inter": "double_binary_tree"}),
+    ("hierarchical", {"intra": "ring", "inter": "double_binary_tree"}),
+    ("hierarchical", {"intra": "ring", "inter": "rabenseifner"}),
+    ("nvls_tree", {}),
+    ("collnet_direct", {}),
+    ("collnet_chain", {}),
+    ("sharp", {}),
+    ("ring", {}),
+    ("double_binary_tree", {}),
+]
+
+
+def layout(name: str, **kw):
+    return cluster(radix=8, **LAYOUTS[name], **kw)
+
+
+# -- the topology ------------------------------------------------------------------------------------------------
+def test_placement_answers_where_each_rank_sits():
+    t = layout("3+2")
+    assert t.world_size == 5 and t.domain_sizes == (3, 2) and t.placed
+    assert t.domain_groups().tolist() == [[0, 1, 2], [3, 4, -1]]
+    assert t.rank_domain(np.arange(5)).tolist() == [0, 0, 0, 1, 1]
+    assert t.rank_rail(np.arange(5)).tolist() == [0, 1, 2, 0, 1]
+    assert t.children(t.nvswitches()[1]).tolist() == [3, 4]
+    rr = layout("round-robin")
+    assert rr.rank_domain(np.arange(6)).tolist() == [0, 1, 0, 1, 0, 1]
+    assert rr.rank_local(np.arange(6)).tolist() == [0, 0, 1, 1, 2, 2]
+    assert rr.children(rr.nvswitches()[0]).tolist() == [0, 2, 4]
+    # ranks 0 and 2 share domain 0: two NVLink hops; ranks 0 and 1 do not: NIC and fabric
+    assert rr.link_tier(rr.path_links([0], [2])[0, :2]).tolist() == [0, 0]
+    assert rr.path_links([0], [1])[0, 0] >= 2 * rr.world_size  # a NIC link, not NVLink
+    # every rank's leaf is its slot's: rank 1 (slot 3: domain 1, GPU 0) shares rail 0's leaf with rank 0
+    assert rr.leaf_of([0])[0] == rr.leaf_of([1])[0]
+    assert rr.describe().splitlines()[1].strip().startswith("GPUs            6 ranks placed in 2 domains x 3")
+
+
+def test_placement_round_trips_and_defaults_to_the_plain_cluster():
+    rr = layout("round-robin")
+    assert from_dict(rr.to_dict()).domain_groups().tolist() == [[0, 2, 4], [1, 3, 5]]
+    plain = cluster(placement=[[0, 1, 2], [3, 4, 5]], radix=8)
+    assert not plain.placed and "placement" not in plain.to_dict()
+    assert plain.to_dict() == cluster(2, 3, radix=8).to_dict()
+    assert preset("dgx-h100", domain_sizes=[3, 2]).domain_groups()[1].tolist() == [3, 4, -1, -1, -1, -1, -1, -1]
+
+
+@pytest.mark.parametrize("kw,message", [
+    ({"placement": [[0, 1], [1, 2]]}, "exactly once"),
+    ({"placement": [[0, 1], []]}, "each must hold 1..2"),
+    ({"placement": [[0, 1, 2], [3]], "gpus_per_domain": 2}, "each must hold 1..2"),
+    ({"placement": [[0], [1]], "domains": 3}, "placement has 2 domain"),
+    ({"domain_sizes": (3, 0)}, "positive rank counts"),
+])
+def test_bad_placements_say_what_is_wrong(kw, message):
+    with pytest.raises(ValueError, match=message):
+        cluster(**kw)
+
+
+# -- the schedules -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", list(LAYOUTS))
+@pytest.mark.parametrize("algorithm,params", ALLREDUCE, ids=lambda x: x if isinstance(x, str) else
+                         ",".join(f"{k}={v}" for k, v in x.items()) or "default")
+def test_allreduce_is_proved_exact_and_simulated_alike(name, algorithm, params):
+    t = layout(name)
+    p = t.world_size
+    for count in (2 * p + 1, 1):
+        typed = {} if algorithm == "ring" else {"dtype": "int64"}
+        sched = build(algorithm, collective="allreduce", world_size=p, count=count, topology=t, **typed, **params)
+        check(sched, "allreduce", count)
+    assert "fallback" not in sched.params
+    event = simulate(sched, t, mode="event").time
+    analytic = simulate(sched, t, mode="analytic").time
+    assert analytic == pytest.approx(event, rel=0.02)
+
+
+@pytest.mark.parametrize("collective", ["reduce_scatter", "allgather"])
+@pytest.mark.parametrize("params", [{}, {"inter": "ring"}, {"intra": "ring", "inter": "rabenseifner"}])
+def test_hierarchical_reduce_scatter_and_allgather_on_scattered_domains(collective, params):
+    t = layout("round-robin")
+    p = t.world_size
+    count = 3 * p if collective == "reduce_scatter" else 2
+    sched = build("hierarchical", collective=collective, world_size=p, count=count, topology=t, dtype="int64",
+                  **params)
+    check(sched, collective, count)
+    event = simulate(sched, t, mode="event").time
+    assert simulate(sched, t, mode="analytic").time == pytest.approx(event, rel=0.02)
+
+
+def test_uneven_domains_fold_extras_onto_the_core():
+    t = layout("4+4+1")
+    # a pipeline (NVLS + SHARP) takes the fold and the unfold as its first and last stages, piece by piece
+    sched = build("hierarchical", collective="allreduce", world_size=9, count=90, topology=t, dtype="int64",
+                  chunks=3)
+    [phase] = sched.phases
+    assert phase.name.startswith("fold + ") and phase.name.endswith(" + unfold")
+    assert any("4+4+1" in note for note in sched.notes)
+    assert sched.params["domain_sizes"] == [4, 4, 1]
+    # extras (local slots 1..3 of domains 0 and 1) send each piece and receive it back: 3 + 3 operations
+    for extra in (1, 2, 3, 5, 6, 7):
+        assert len(sched.program(extra)) == 6
+    check(sched, "allreduce", 90)
+    # host inter stages run one after another: the fold and the unfold are phases of their own
+    sched = build("hierarchical", collective="allreduce", world_size=9, count=90, topology=t, dtype="int64",
+                  inter="ring")
+    names = [ph.name for ph in sched.phases]
+    assert names[0].startswith("fold") and names[-1].startswith("unfold")
+    assert all(len(sched.program(extra)) == 2 for extra in (1, 2, 3, 5, 6, 7))
+
+
+@pytest.mark.parametrize("name", ["3+2", "4+4+1"])
+@pytest.mark.parametrize("params", [{}, {"inter": "ring"}, {"intra": "ring", "inter": "rabenseifner"}])
+def test_hierarchical_reduce_scatter_on_uneven_domains_runs_as_the_cores_allreduce(name, params):
+    t = layout(name)
+    p = t.world_size
+    for count in (3 * p, 0):
+        sched = build("hierarchical", collective="reduce_scatter", world_size=p, count=count, topology=t,
+                      dtype="int64", **params)
+        check(sched, "reduce_scatter", count)
+    assert sched.params["as_allreduce"] and sched.phases[-1].name.startswith("unfold: each extra's block")
+    event = simulate(sched, t, mode="event").time
+    assert simulate(sched, t, mode="analytic").time == pytest.approx(event, rel=0.02)
+
+
+def test_hierarchical_allgather_on_uneven_domains_names_the_layout():
+    t = layout("3+2")
+    with pytest.raises(ValueError, match=r"domains of 3\+2.*ring.*allreduce serves"):
+        build("hierarchical", collective="allgather", world_size=5, count=2, topology=t)
+
+
+def test_hierarchical_alltoall_on_scattered_domains_names_the_layout_and_alternatives():
+    t = layout("round-robin")
+    with pytest.raises(ValueError, match=r"0,2,4; 1,3,5.*pairwise"):
+        build("hierarchical_alltoall", collective="alltoall", world_size=6, count=12, topology=t)
+
+
+# -- the transport's domains ------------------------------------------------------------------------------------
+def test_find_domains_takes_hosts_sizes_and_rank_lists():
+    assert find_domains(5, [[3, 4], [0, 1, 2]]) == [[0, 1, 2], [3, 4]]
+    assert find_domains(6, [], 3) == [[0, 1, 2], [3, 4, 5]]
+    assert find_domains(5, [], [3, 2]) == [[0, 1, 2], [3, 4]]
+    assert find_domains(5, [], [[1, 3], [0, 2, 4]]) == [[0, 2, 4], [1, 3]]
+    for bad in (4, [3, 3], [[0, 1], [1, 2, 3, 4]], [[0, 1, 2, 3, 4], []], "x"):
+        with pytest.raises(ValueError, match="ranks_per_domain"):
+            find_domains(5, [], bad)
+
+
+def test_topology_for_any_grouping():
+    assert not topology_for([[0, 1], [2, 3]]).placed
+    assert topology_for([[0, 1, 2], [3, 4]]).domain_groups().tolist() == [[0, 1, 2], [3, 4, -1]]
+    rr = topology_for([[0, 2, 4], [1, 3]])
+    assert rr.domain_groups().tolist() == [[0, 2, 4], [1, 3, -1]] and rr.world_size == 5
+
+
+def test_resizing_a_placed_domain_gives_the_plain_domain():
+    from collectives.choice import resize
+
+    t = cluster(placement=[[2, 0, 1]])
+    assert t.placed
+    bigger = resize(t, 5)
+    assert bigger.world_size == 5 and not bigger.placed

@@ -18,6 +18,9 @@ pattern serves every domain.
 The fabric carries what it must (every block between domains, once) in D - 1 messages per GPU instead of
 p - G, at the price of one NVLink hop for every block (the intra-domain round moves all of a GPU's input).
 alltoallv: the same pattern over the counts matrix; a staging area is sized by the blocks it holds.
+Domains of unequal size or of scattered ranks (a cluster placement) run _alltoall_placed.py's form of the same
+two rounds: one message per (domain, destination rank) pair, unpacked locally when the sources' ranks are not
+consecutive.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from collectives.registry import register
 from collectives.schedule import BlockTable, Phase, Regions, Round, Schedule, recv, send
 
 from ._alltoall import AlltoallBlocks
+from ._alltoall_placed import placed_phases
+from ._uneven import layout_text
 
 
 class _Staging:
@@ -135,15 +140,18 @@ def build_hierarchical_alltoall(collective: str, world_size: int, count: int, *,
                          f"{topology.world_size} GPUs; build with world_size=topology.world_size")
     dom = np.asarray(topology.domain_groups(), dtype=np.int64)
     D, G = dom.shape
-    if not np.array_equal(dom.ravel(), np.arange(world_size)):
-        # its inter-domain message lands in the receiver's output blocks of one domain's sources, contiguous
-        # only when they are consecutive ranks (and one message per domain pair needs equal domains)
-        rows = [row[row >= 0].tolist() for row in dom]
-        shown = "; ".join(",".join(map(str, row)) for row in rows[:4]) + ("; ..." if len(rows) > 4 else "")
-        raise ValueError(f"hierarchical_alltoall needs equal domains of consecutive ranks (domain d = ranks "
-                         f"d*G..d*G+G-1); {topology.name!r} places domains of {'+'.join(str(len(r)) for r in rows[:16])} "
-                         f"ranks ({shown}). Use pairwise, direct or bruck, which need no domains")
     blocks = AlltoallBlocks(collective, world_size, count, counts)
+    if not np.array_equal(dom.ravel(), np.arange(world_size)):
+        # unequal or scattered domains: per-rank tables (_alltoall_placed.py)
+        phases, capacity = placed_phases(blocks, dom)
+        sizes = [int(n) for n in (dom >= 0).sum(axis=1)]
+        return Schedule("hierarchical_alltoall", collective, world_size, count, phases, topology=topology,
+                        counts=counts, regions=Regions(blocks.work + capacity),
+                        params={"domains": D, "gpus_per_domain": G, "domain_sizes": sizes},
+                        notes=[f"placed domains of {layout_text(topology)} ranks: one message per (domain, "
+                               "destination rank) pair across domains"
+                               + ("" if len(phases) == 2 else ", then local copies to the output blocks of "
+                                  "sources whose domain is not consecutive ranks")])
     staging = _Staging(blocks, D, G)
     phases = [domain_phase(blocks, staging, dom), rail_phase(blocks, staging, dom)]
     return Schedule("hierarchical_alltoall", collective, world_size, count, phases, topology=topology,

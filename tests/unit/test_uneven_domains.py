@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_alltoall import check as alltoall_check
+from test_alltoall import uneven as uneven_counts
 from test_innetwork import check
 
 from collectives import algorithms, simulate  # noqa: F401  (registers the builders)
 from collectives.registry import build
+from collectives.schedule.ops import OpKind
 from collectives.topology import cluster, from_dict, preset
 from collectives.transport.domains import find_domains, topology_for
 
@@ -149,10 +152,33 @@ def test_hierarchical_allgather_on_uneven_domains_names_the_layout():
         build("hierarchical", collective="allgather", world_size=5, count=2, topology=t)
 
 
-def test_hierarchical_alltoall_on_scattered_domains_names_the_layout_and_alternatives():
-    t = layout("round-robin")
-    with pytest.raises(ValueError, match=r"0,2,4; 1,3,5.*pairwise"):
-        build("hierarchical_alltoall", collective="alltoall", world_size=6, count=12, topology=t)
+@pytest.mark.parametrize("name", [*LAYOUTS, "scattered 3+2"])
+def test_hierarchical_alltoall_on_placed_domains(name):
+    t = cluster(radix=8, placement=[[0, 2, 4], [1, 3]]) if name == "scattered 3+2" else layout(name)
+    p = t.world_size
+    for k in (3, 0):
+        sched = build("hierarchical_alltoall", collective="alltoall", world_size=p, count=k * p, topology=t)
+        alltoall_check(sched, np.full((p, p), k), dtype=np.int64)
+    counts = uneven_counts(p, p)
+    alltoall_check(build("hierarchical_alltoall", collective="alltoallv", world_size=p, counts=counts,
+                         topology=t), counts, dtype=np.int64, seed=3)
+    sched = build("hierarchical_alltoall", collective="alltoall", world_size=p, count=1000 * p, topology=t)
+    # consecutive domains take the message straight into the output; scattered ones unpack locally
+    scattered = name in ("round-robin", "scattered 3+2")
+    assert [ph.name for ph in sched.phases][-1] == ("unpack scattered sources" if scattered else
+                                                    "alltoall across domains")
+    # across domains: one message per (source domain, destination) pair, carrying the domain's blocks
+    across = dict((ph.name, base) for ph, base in sched.phase_rounds())["alltoall across domains"]
+    sizes = t.domain_sizes
+    for rank in range(p):
+        d = int(t.rank_domain([rank])[0])
+        received = [op.length for op in sched.program(rank) if op.kind == OpKind.RECV and op.round == across]
+        assert sorted(received) == sorted(1000 * n for e, n in enumerate(sizes) if e != d)
+    event = simulate(sched, t, mode="event")
+    assert simulate(sched, t, mode="analytic").time == pytest.approx(event.time, rel=0.02)
+    # every block between domains crosses the NICs once
+    between = sum(n * (p - n) for n in sizes) * 1000 * 4
+    assert event.tier_bytes["nic"] == pytest.approx(2 * between)
 
 
 # -- the transport's domains ------------------------------------------------------------------------------------

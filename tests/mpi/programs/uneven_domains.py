@@ -1,6 +1,6 @@
-"""Run under mpiexec: hierarchical allreduces (and hierarchical reduce_scatter) on domains given by `--domains`
-(JSON: a list of domain sizes or of rank lists, passed to collectives.init as ranks_per_domain), checked against
-MPI's own Allreduce (Reduce_scatter_block).
+"""Run under mpiexec: hierarchical allreduces (and hierarchical reduce_scatter, hierarchical_alltoall(v)) on
+domains given by `--domains` (JSON: a list of domain sizes or of rank lists, passed to collectives.init as
+ranks_per_domain), checked against MPI's own Allreduce (Reduce_scatter_block, Alltoall, Alltoallv).
 
 Every case must equal MPI_Allreduce bitwise for int32/int64 and within float32's bound for float32 sums, be
 bitwise identical on every rank, and run the schedule asked for (the communicator's topology must show the
@@ -91,6 +91,32 @@ def main() -> int:
                     failures.append(f"hierarchical reduce_scatter {dtype} k={k}: differs from Reduce_scatter_block")
             except Exception:  # noqa: BLE001
                 failures.append(f"hierarchical reduce_scatter {dtype} k={k}: {traceback.format_exc(limit=3)}")
+    for dtype in DTYPES:  # hierarchical_alltoall(v): per-rank tables over the placed domains (_alltoall_placed.py)
+        for k in (1, 300):
+            cases += 1
+            rng = np.random.default_rng(11 * rank + k)
+            x = (rng.integers(-100, 100, p * k) if dtype.kind == "i" else rng.standard_normal(p * k)).astype(dtype)
+            try:
+                got = comm.alltoall(x, algorithm="hierarchical_alltoall")
+                ref = np.empty_like(x)
+                mpi.Alltoall([x, MPI_TYPES[dtype.name]], [ref, MPI_TYPES[dtype.name]])
+                if got.tobytes() != ref.tobytes():
+                    failures.append(f"hierarchical_alltoall {dtype} k={k}: differs from MPI_Alltoall")
+            except Exception:  # noqa: BLE001
+                failures.append(f"hierarchical_alltoall {dtype} k={k}: {traceback.format_exc(limit=3)}")
+    cases += 1
+    send_counts = np.random.default_rng(rank).integers(0, 5, p)
+    x = np.arange(int(send_counts.sum()), dtype=np.int64) + 1000 * rank
+    try:
+        recv_counts = np.array(mpi.alltoall(send_counts.tolist()))
+        got = comm.alltoallv(x, send_counts, recv_counts, algorithm="hierarchical_alltoall")
+        ref = np.empty(int(recv_counts.sum()), np.int64)
+        mpi.Alltoallv([x, (send_counts, np.cumsum(send_counts) - send_counts), MPI.INT64_T],
+                      [ref, (recv_counts, np.cumsum(recv_counts) - recv_counts), MPI.INT64_T])
+        if not np.array_equal(got, ref):
+            failures.append("hierarchical_alltoall alltoallv: differs from MPI_Alltoallv")
+    except Exception:  # noqa: BLE001
+        failures.append(f"hierarchical_alltoall alltoallv: {traceback.format_exc(limit=3)}")
     failures = [f for fs in mpi.allgather(failures) for f in fs]
     if rank == 0:
         result = {"world_size": p, "domains": comm.domains, "cases": cases, "failures": len(failures),

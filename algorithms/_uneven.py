@@ -27,8 +27,9 @@ import functools
 
 import numpy as np
 
-from collectives.schedule import ChunkTable, recv, recv_reduce, send
+from collectives.schedule import BlockTable, ChunkTable, Phase, recv, recv_reduce, send
 
+from ._alltoall_placed import MessageLists
 from ._pipeline import lane, memo, pipelined_phase
 
 
@@ -119,6 +120,33 @@ def unfold_blocks_phase(topology, work: int):
                            ChunkTable.whole(work, p), lanes, 1)
 
 
+def holders_phase(p: int, dom: np.ndarray, count: int) -> Phase:
+    """The first phase of an allgather on the core (D domains of g; `dom` the core's table): every rank's block
+    to the core ranks that hold it for the inter-domain stage. Chunk j·D + d of ChunkTable.whole(work, g, D)
+    (part d of shard j) is held by dom[d, j]; a block straddles at most two such parts (each is at least a
+    block long, since p >= g·D), so a rank sends at most two messages and a holder receives its part's pieces
+    from their owners. Without extras this is transpose_phase's pattern (hierarchical.py)."""
+    D, g = dom.shape
+    work = count * p
+    parts = ChunkTable.whole(work, g, D)
+    ids = np.arange(g * D + 1, dtype=np.int64)
+    part_start, part_stop = parts.elements(0, ids[:-1], ids[1:])
+    cuts = np.unique(np.concatenate([part_start, part_stop, np.arange(p + 1, dtype=np.int64) * count]))
+    cuts = cuts[(cuts >= 0) & (cuts <= work)]
+    starts = cuts[:-1]
+    owner = starts // max(count, 1)
+    holder = dom.T.ravel()[np.searchsorted(part_stop, starts, side="right")]  # part j·D + d: dom[d, j]
+    messages = MessageLists(p)
+    for piece in np.flatnonzero(owner != holder).tolist():
+        messages.add(int(owner[piece]), int(holder[piece]), piece, piece)
+    if starts.size == 0:
+        table = ChunkTable.whole(work, 1)
+    else:
+        table = BlockTable(lambda grp, m, c: (cuts[c], cuts[c + 1] - cuts[c]), int(starts.size), length=work)
+    return Phase("blocks to their holders", np.arange(p, dtype=np.int64)[None, :], table,
+                 [messages.round("blocks to their holders")])
+
+
 def _pipeline_of(sched):
     """(nodes, table, lanes, pieces) of a schedule that is one piece-major pipeline, else None."""
     if len(sched.phases) != 1:
@@ -152,11 +180,13 @@ def folded_pipeline(topology, sched) -> bool:
     return True
 
 
-def serves_uneven(name: str):
+def serves_uneven(name: str, allgather: bool = False):
     """Decorate a hierarchical allreduce builder so that it serves clusters with empty slots: it builds the
     schedule on the core (CoreView) between the fold and the unfold. A reduce_scatter (of a builder that has one)
-    runs as the core's allreduce of the whole input, each extra then getting its block; other collectives are
-    refused there, with the layout in the message."""
+    runs as the core's allreduce of the whole input, each extra then getting its block. `allgather`: the builder
+    builds an allgather on a CoreView itself (every block to its holder in the core: `holders_phase`), and the
+    core then sends the result to the extras. Other collectives are refused there, with the layout in the
+    message."""
 
     def wrap(build):
         @functools.wraps(build)
@@ -165,6 +195,8 @@ def serves_uneven(name: str):
                 return build(collective, world_size, count, topology=topology, **kwargs)
             if collective == "reduce_scatter":
                 return _reduce_scatter(name, build, world_size, count, topology, kwargs)
+            if collective == "allgather" and allgather:
+                return _allgather(build, world_size, count, topology, kwargs)
             if collective != "allreduce":
                 raise ValueError(
                     f"{name} {collective} needs every domain to hold the same number of ranks; {topology.name!r} "
@@ -189,6 +221,23 @@ def serves_uneven(name: str):
     return wrap
 
 
+def _allgather(build, world_size: int, count: int, topology, kwargs: dict):
+    """An allgather on uneven domains: the core's allgather (its first phase takes the extras' blocks too), then
+    the whole result from every partner to its extras."""
+    sched = build("allgather", world_size, count, topology=core_view(topology), **kwargs)
+    sched.topology = topology
+    sched.params["domain_sizes"] = list(topology.domain_sizes)
+    if "fallback" in sched.params:
+        return sched
+    _, unfold = fold_phases(topology, count * world_size)
+    if unfold:
+        sched.phases = sched.phases + unfold
+        sched.notes.append(f"domains of {layout_text(topology)} ranks: every block goes to its holder among the "
+                           f"first {min(topology.domain_sizes)} ranks of every domain, which allgather; the "
+                           "others then get the result from their partner")
+    return sched
+
+
 def _reduce_scatter(name: str, build, world_size: int, count: int, topology, kwargs: dict):
     """A reduce_scatter on uneven domains: the fold, the core's allreduce of the whole input (every core rank
     ends with every block), each extra's block back to it."""
@@ -209,4 +258,4 @@ def _reduce_scatter(name: str, build, world_size: int, count: int, topology, kwa
     return sched
 
 
-__all__ = ["CoreView", "core_view", "fold_phases", "layout_text", "needs_core", "serves_uneven"]
+__all__ = ["CoreView", "core_view", "fold_phases", "holders_phase", "layout_text", "needs_core", "serves_uneven"]

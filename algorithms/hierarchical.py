@@ -37,7 +37,7 @@ from collectives.topology.capabilities import dtype_name
 from ._hierarchy import Shards, inter_allreduce, intra_allgather, intra_reduce_scatter, members, rail_trees
 from ._innetwork import check_topology, fall_back, finish, itemsize, runtime_pieces, sharp_plan
 from ._pipeline import memo, pipelined_phase
-from ._uneven import serves_uneven
+from ._uneven import holders_phase, serves_uneven
 from .double_binary_tree import dbt_rounds, double_binary_tree
 from .nvls import nvls_phase
 from .rabenseifner import halving_round
@@ -55,11 +55,11 @@ CLASS = {("nvls", "sharp"): "nvls", ("nvls", "double_binary_tree"): "nvls_tree",
          ("ring", "double_binary_tree"): "tree"}
 
 
-def held_blocks(dom: np.ndarray) -> np.ndarray:
-    """Per rank: the block it holds after the inter phase, j*D + d for the GPU of local index j in domain d
-    (`dom`: the (D, G) domain table, every slot filled)."""
+def held_blocks(dom: np.ndarray, p: int | None = None) -> np.ndarray:
+    """Per rank (of p, default D*G): the block it holds after the inter phase, j*D + d for the GPU of local index
+    j in domain d (`dom`: the (D, G) domain table, every slot filled; ranks outside it hold -1)."""
     D, G = dom.shape
-    held = np.empty(D * G, np.int64)
+    held = np.full(D * G if p is None else p, -1, np.int64)
     held[dom.ravel()] = (np.arange(G, dtype=np.int64)[None, :] * D + np.arange(D, dtype=np.int64)[:, None]).ravel()
     return held
 
@@ -104,7 +104,9 @@ def _host_inter(algo: str, kind: str, groups: np.ndarray, off: np.ndarray, lengt
     steps = core_size.bit_length() - 1
     pair_nodes = groups[:, pairs].reshape(G * e, 2)
     off_e, len_e = np.repeat(off, e), np.repeat(length, e)
-    odd_blocks = ChunkTable(off_e + np.tile(pairs[:, 1], G) * k, np.full(G * e, k, np.int64), 1)
+    odd = np.tile(pairs[:, 1], G)  # the odd member's part of the shard (block k·odd when the shard is D blocks)
+    odd_start = split_points(len_e, D, odd)
+    odd_blocks = ChunkTable(off_e + odd_start, split_points(len_e, D, odd + 1) - odd_start, 1)
     whole = ChunkTable(off_e, len_e, 1)
     phases = []
     if kind == "allgather":
@@ -134,16 +136,18 @@ def _host_inter(algo: str, kind: str, groups: np.ndarray, off: np.ndarray, lengt
 
 def sharp_phase(topology, kind: str, trees: list, work: int, chunks: int, multicast: bool) -> tuple[Phase, object]:
     """The SHARP stage alone: allreduce of shard j over rail j's tree (chunk j·chunks + piece), or the
-    allgather's gather (each switch stores its children's adjacent blocks; the root's shard comes down)."""
+    allgather's gather (each switch stores its children's adjacent blocks; the root's shard comes down). The
+    gather's chunk j·D + d is part d of shard j (the block j·D + d when p = D·G; on uneven domains' core, p >
+    D·G and a part spans several blocks)."""
     D, G, p = topology.num_domains, topology.gpus_per_domain, topology.world_size
     forest = build_forest(trees)
     if kind == "gather":
         # after the transpose rank d·G + j holds block j·D + d; a switch's range: its children's, adjacent
-        lo, hi = _gather_ranges(forest, held_blocks(topology.domain_groups()))
+        lo, hi = _gather_ranges(forest, held_blocks(topology.domain_groups(), p))
         up = lambda k, v: (lo[v], hi[v] - lo[v])  # noqa: E731
         down = lambda k, v: (forest.tree[v] * D, D)  # noqa: E731
         lanes = climb_lanes(forest, up, reduce=False) + descent_lanes(forest, down, multicast=multicast)
-        return pipelined_phase("SHARP allgather", forest.members, ChunkTable.whole(work, p), lanes, 1), forest
+        return pipelined_phase("SHARP allgather", forest.members, ChunkTable.whole(work, G, D), lanes, 1), forest
     data = lambda k, v: (forest.tree[v] * chunks + k, 1)  # noqa: E731
     lanes = climb_lanes(forest, data) + descent_lanes(forest, data, multicast=multicast)
     return pipelined_phase("SHARP allreduce", forest.members, ChunkTable.whole(work, G, chunks), lanes,
@@ -177,7 +181,7 @@ def _gather_ranges(forest, held: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 @register("hierarchical", ("allreduce", "reduce_scatter", "allgather"), needs_topology=True,
           summary="intra-domain reduce-scatter (nvls|ring) -> inter-domain stage per shard over its rail "
                   "(sharp|ring|double_binary_tree|rabenseifner) -> intra-domain allgather; pipelined")
-@serves_uneven("hierarchical")
+@serves_uneven("hierarchical", allgather=True)
 def build_hierarchical(collective: str, world_size: int, count: int, *, root=None, topology=None,
                        dtype="float32", op: str = "sum", intra: str = "nvls", inter: str = "sharp",
                        chunks: int | None = None, inter_chunks: int | None = None, fallback: str = "ring",
@@ -326,8 +330,12 @@ def _sequential(topology, collective, intra_used, inter_used, plan, options, wor
                         lambda: _host_inter(inter_used, inter_kind, groups, off, length, k, ci))
             inter_phases = [Phase(ph.name, ph.groups, ChunkTable(off, length, ph.chunks.blocks, ph.chunks.sub),
                                   ph.rounds) for ph in made]
-    transpose = [transpose_phase(p, dom, work, collective == "reduce_scatter")] \
-        if D > 1 and G > 1 and collective != "allreduce" else []
+    if collective == "allgather" and p != D * G:  # the core of uneven domains: extras' blocks go to holders too
+        transpose = [holders_phase(p, dom, k)]
+    elif collective != "allreduce" and np.any(held_blocks(dom) != np.arange(p)):  # D, G > 1 or a placement
+        transpose = [transpose_phase(p, dom, work, collective == "reduce_scatter")]
+    else:
+        transpose = []
     if collective == "allreduce":
         return intra_phase("reduce_scatter") + inter_phases + intra_phase("allgather")
     if collective == "reduce_scatter":

@@ -1,8 +1,7 @@
 """Hierarchical allreduces under mpiexec on domains of unequal size and of scattered ranks (issue #23 point 4):
 `ranks_per_domain` as a list of domain sizes (3 + 2) and as rank lists (round-robin), each checked against
-MPI's own Allreduce (a hierarchical reduce_scatter against Reduce_scatter_block, hierarchical_alltoall against
-Alltoall and Alltoallv) by
-tests/mpi/programs/uneven_domains.py."""
+MPI's own Allreduce (a hierarchical reduce_scatter against Reduce_scatter_block, allgather against Allgather,
+hierarchical_alltoall against Alltoall and Alltoallv) by tests/mpi/programs/uneven_domains.py."""
 
 from __future__ import annotations
 
@@ -39,4 +38,4 @@ def test_hierarchical_allreduce_on_five_ranks_matches_mpi(domains, expected):
     assert result["failures"] == 0, result["messages"]
     assert result["domains"] == expected
     assert result["domain_sizes"] == [3, 2]
-    assert result["cases"] == 7 * 3 * 3 + 3 * 2 + 3 * 2 + 1
+    assert result["cases"] == 7 * 3 * 3 + 3 * 2 + 2 * 3 * 2 + 3 * 2 + 1

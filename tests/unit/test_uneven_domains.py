@@ -146,10 +146,31 @@ def test_hierarchical_reduce_scatter_on_uneven_domains_runs_as_the_cores_allredu
     assert simulate(sched, t, mode="analytic").time == pytest.approx(event, rel=0.02)
 
 
-def test_hierarchical_allgather_on_uneven_domains_names_the_layout():
-    t = layout("3+2")
-    with pytest.raises(ValueError, match=r"domains of 3\+2.*ring.*allreduce serves"):
-        build("hierarchical", collective="allgather", world_size=5, count=2, topology=t)
+@pytest.mark.parametrize("name", ["3+2", "4+4+1", "scattered 3+2"])
+@pytest.mark.parametrize("params", [{}, {"inter": "ring"}, {"intra": "ring", "inter": "rabenseifner"}])
+def test_hierarchical_allgather_on_uneven_domains(name, params):
+    t = cluster(radix=8, placement=[[0, 2, 4], [1, 3]]) if name == "scattered 3+2" else layout(name)
+    p = t.world_size
+    for count in (3, 1, 0):
+        sched = build("hierarchical", collective="allgather", world_size=p, count=count, topology=t,
+                      dtype="int64", **params)
+        check(sched, "allgather", count)
+    # every block first goes to its holder in the core; the extras get the core's result at the end
+    names = [ph.name for ph in sched.phases]
+    assert names[0] == "blocks to their holders" and names[-1].startswith("unfold")
+    assert "fallback" not in sched.params and sched.params["domain_sizes"] == list(t.domain_sizes)
+    event = simulate(sched, t, mode="event").time
+    assert simulate(sched, t, mode="analytic").time == pytest.approx(event, rel=0.02)
+
+
+def test_hierarchical_allgather_and_reduce_scatter_in_one_scattered_domain():
+    t = cluster(placement=[[2, 0, 1]], radix=8)  # one domain, ranks out of slot order: blocks move to holders
+    for collective, count in (("allgather", 2), ("reduce_scatter", 6)):
+        for params in ({}, {"intra": "ring"}):
+            sched = build("hierarchical", collective=collective, world_size=3, count=count, topology=t,
+                          dtype="int64", **params)
+            assert any(ph.name.startswith("transpose") for ph in sched.phases)
+            check(sched, collective, count)
 
 
 @pytest.mark.parametrize("name", [*LAYOUTS, "scattered 3+2"])

@@ -1,6 +1,7 @@
-"""Run under mpiexec: hierarchical allreduces (and hierarchical reduce_scatter, hierarchical_alltoall(v)) on
-domains given by `--domains` (JSON: a list of domain sizes or of rank lists, passed to collectives.init as
-ranks_per_domain), checked against MPI's own Allreduce (Reduce_scatter_block, Alltoall, Alltoallv).
+"""Run under mpiexec: hierarchical allreduces (and hierarchical reduce_scatter and allgather,
+hierarchical_alltoall(v)) on domains given by `--domains` (JSON: a list of domain sizes or of rank lists, passed
+to collectives.init as ranks_per_domain), checked against MPI's own Allreduce (Reduce_scatter_block, Allgather,
+Alltoall, Alltoallv).
 
 Every case must equal MPI_Allreduce bitwise for int32/int64 and within float32's bound for float32 sums, be
 bitwise identical on every rank, and run the schedule asked for (the communicator's topology must show the
@@ -91,6 +92,20 @@ def main() -> int:
                     failures.append(f"hierarchical reduce_scatter {dtype} k={k}: differs from Reduce_scatter_block")
             except Exception:  # noqa: BLE001
                 failures.append(f"hierarchical reduce_scatter {dtype} k={k}: {traceback.format_exc(limit=3)}")
+    for params in ({}, {"inter": "ring"}):  # allgather: blocks to their holders in the core, the result to extras
+        for dtype in DTYPES:
+            for k in (1, 300):
+                cases += 1
+                rng = np.random.default_rng(13 * rank + k)
+                x = (rng.integers(-100, 100, k) if dtype.kind == "i" else rng.standard_normal(k)).astype(dtype)
+                try:
+                    got = comm.allgather(x, algorithm="hierarchical", **params)
+                    ref = np.empty(p * k, dtype)
+                    mpi.Allgather([x, MPI_TYPES[dtype.name]], [ref, MPI_TYPES[dtype.name]])
+                    if got.tobytes() != ref.tobytes():
+                        failures.append(f"hierarchical {params} allgather {dtype} k={k}: differs from MPI_Allgather")
+                except Exception:  # noqa: BLE001
+                    failures.append(f"hierarchical {params} allgather {dtype} k={k}: {traceback.format_exc(limit=3)}")
     for dtype in DTYPES:  # hierarchical_alltoall(v): per-rank tables over the placed domains (_alltoall_placed.py)
         for k in (1, 300):
             cases += 1

@@ -2,20 +2,25 @@
 (round-robin), where hierarchical_alltoall.py's closed form (domain d = ranks d*G..d*G+G-1) does not hold.
 
 Vocabulary. `dom` is the (D, G) domain table (`topology.domain_groups()`, -1 in empty slots); domain d holds
-n_d ranks dom[d, 0..n_d-1], the rank in slot l has *local index* l. For a destination rank t outside domain d,
-the *aggregator* of t in domain d is the rank in slot (local index of t) mod n_d of domain d: t's own rail
-when domain d has that slot, else a rank of domain d chosen round-robin over its slots.
+n_d ranks dom[d, 0..n_d-1], the rank in slot l has *local index* l. For a destination rank t outside domain d
+whose local index l is < n_d, the *aggregator* of t in domain d is the rank in slot l of domain d (t's rail).
 
-* Within domains (one round): rank s of domain d sends each of its p blocks once: a block for its own domain
-  straight to its destination's output; a block for t outside d to t's aggregator in d, into its *staging*:
-  at aggregator q, staging(t) holds the blocks of dom[d, 0], ..., dom[d, n_d - 1] to t, in that (table)
-  order, contiguous.
+* Within domains (one round): rank s of domain d sends a block for its own domain straight to its
+  destination's output, and a block for t outside d that has an aggregator in d to that aggregator, into its
+  *staging*: at aggregator q, staging(t) holds the blocks of dom[d, 0], ..., dom[d, n_d - 1] to t, in that
+  (table) order, contiguous.
 * Across domains (one round): every aggregator sends each of its staging(t) to t: ONE message per (domain,
   destination rank) pair. It lands in t's output blocks from dom[d, 0..n_d-1] when those are consecutive
   ranks in increasing order (output blocks are in source-rank order), else in t's *receive staging* of
-  domain d.
-* Unpack (only when some domain's ranks are not consecutive): local copies from the receive staging to the
-  output blocks.
+  domain d. A destination t whose local index has no slot in the smaller domain d (slot 7 seen from a domain
+  of 7) has no aggregator there: the rank q in slot m of d appends its own blocks for such ranks of t's
+  domain to its staging message for the rank in slot m of that domain, their *proxy* (a local copy into its
+  staging in the first round). Every NIC of d then carries the same load (aggregating t's blocks on one rank
+  of d would double that NIC's), in one message per rail and domain pair; the message then lands in the
+  proxy's receive staging.
+* Deliver (only when some domain's ranks are not consecutive, or a domain is smaller than another): local
+  copies from the receive staging to the output blocks, and every proxy's blocks to their destination over
+  the domain's links.
 
 The tables are dense per rank (O(p^2) entries): this path serves placed layouts of moderate size; equal
 domains of consecutive ranks keep the closed form.
@@ -80,28 +85,33 @@ def placed_phases(blocks: AlltoallBlocks, dom: np.ndarray) -> tuple[list[Phase],
     direct = [bool(np.array_equal(dom[d, :sizes[d]], dom[d, 0] + np.arange(sizes[d]))) for d in range(D)]
 
     def aggregator(d: int, t: int) -> int:
-        return int(dom[d, local_of[t] % sizes[d]])
+        """t's aggregator in domain d, or -1 when d has no slot of t's local index (t's blocks go by proxy)."""
+        return int(dom[d, local_of[t]]) if local_of[t] < sizes[d] else -1
 
     # chunk ids at every rank: [0, p) input blocks by destination, [p, 2p) output blocks by source, then its
-    # staging blocks, then its receive-staging blocks; (source, destination) of each staging block per rank
+    # staging blocks and its receive-staging blocks, each list of (source, final destination) pairs
     staged: list[list[tuple[int, int]]] = [[] for _ in range(p)]
-    area: dict[tuple[int, int], int] = {}  # (aggregator, destination) -> its first staging block
-    for t in range(p):
-        for d in range(D):
-            if d == domain_of[t]:
-                continue
-            q = aggregator(d, t)
-            area[q, t] = len(staged[q])
-            staged[q] += [(int(s), t) for s in dom[d, :sizes[d]]]
+    area: dict[tuple[int, int], tuple[int, int]] = {}  # (aggregator, destination) -> (first staging block, count)
+    stage_of: dict[tuple[int, int, int], int] = {}  # (aggregator, source, final destination) -> staging block
     landing: list[list[tuple[int, int]]] = [[] for _ in range(p)]
     lands_at: dict[tuple[int, int], int] = {}  # (destination, source domain) -> its first receive-staging block
     for t in range(p):
+        e = int(domain_of[t])
         for d in range(D):
-            if d != domain_of[t] and not direct[d]:
+            q = aggregator(d, t)
+            if d == e or q < 0:
+                continue
+            carried = [(int(s), t) for s in dom[d, :sizes[d]]]
+            if local_of[t] == local_of[q]:  # q proxies its own blocks for t's domain-mates beyond d's slots
+                carried += [(q, int(x)) for x in dom[e, sizes[d]:sizes[e]]]
+            area[q, t] = (len(staged[q]), len(carried))
+            stage_of.update({(q, s, x): len(staged[q]) + i for i, (s, x) in enumerate(carried)})
+            staged[q] += carried
+            if not direct[d] or len(carried) > sizes[d]:
                 lands_at[t, d] = len(landing[t])
-                landing[t] += [(int(s), t) for s in dom[d, :sizes[d]]]
+                landing[t] += carried
     first_stage = 2 * p
-    first_landing = first_stage + max(len(x) for x in staged)
+    first_landing = first_stage + max((len(x) for x in staged), default=0)
     nblocks = first_landing + max((len(x) for x in landing), default=0)
 
     r = np.arange(p, dtype=np.int64)[:, None]
@@ -115,8 +125,8 @@ def placed_phases(blocks: AlltoallBlocks, dom: np.ndarray) -> tuple[list[Phase],
         extra = [(first_stage + i, s, t) for i, (s, t) in enumerate(staged[q])] + \
                 [(first_landing + i, s, t) for i, (s, t) in enumerate(landing[q])]
         if extra:
-            ids = np.array([e[0] for e in extra])
-            lengths = blocks.size(np.array([e[1] for e in extra]), np.array([e[2] for e in extra]))
+            ids = np.array([x[0] for x in extra])
+            lengths = blocks.size(np.array([x[1] for x in extra]), np.array([x[2] for x in extra]))
             size[q, ids] = lengths
             start[q, ids] = blocks.work + np.cumsum(lengths) - lengths
             capacity = max(capacity, int(lengths.sum()))
@@ -128,37 +138,36 @@ def placed_phases(blocks: AlltoallBlocks, dom: np.ndarray) -> tuple[list[Phase],
     def table() -> BlockTable:  # the mean block stands for a chunk in the analytic costing
         return BlockTable(layout, nblocks, length=int(round(mean * nblocks)))
 
-    within, across, unpack = MessageLists(p), MessageLists(p), MessageLists(p)
+    within, across, deliver = MessageLists(p), MessageLists(p), MessageLists(p)
     for s in range(p):
         d = int(domain_of[s])
         for i in range(p):
             t = (s + i) % p  # i = 0: the rank's own block, a local copy
             if domain_of[t] == d:
                 within.add(s, t, t, p + s)
-            else:
-                q = aggregator(d, t)
-                within.add(s, q, t, first_stage + area[q, t] + int(local_of[s]))
+                continue
+            q = aggregator(d, t)
+            q = s if q < 0 else q  # no aggregator: s proxies its own block (a local copy into its staging)
+            within.add(s, q, t, first_stage + stage_of[q, s, t])
     for q in range(p):
         d = int(domain_of[q])
         for t in range(p):
             if (q, t) not in area:
                 continue
-            first = area[q, t]
-            if direct[d]:
-                across.add(q, t, first_stage + first, p + int(dom[d, 0]), int(sizes[d]))
-            else:
-                across.add(q, t, first_stage + first, first_landing + lands_at[t, d], int(sizes[d]))
-    for t in range(p):
-        for i, (s, _) in enumerate(landing[t]):
-            unpack.add(t, t, first_landing + i, p + s)
+            first, n = area[q, t]
+            into = first_landing + lands_at[t, d] if (t, d) in lands_at else p + int(dom[d, 0])
+            across.add(q, t, first_stage + first, into, n)
+    for x in range(p):  # own blocks by local copy, proxied ones on to their destination
+        for i, (s, t) in enumerate(landing[x]):
+            deliver.add(x, t, first_landing + i, p + s)
 
     everyone = np.arange(p, dtype=np.int64)[None, :]
     phases = [Phase("alltoall within domains", everyone, table(), [within.round("aggregate within the domain")]),
               Phase("alltoall across domains", everyone, table(),
                     [across.round("one message per domain and destination")])]
     if any(landing):
-        phases.append(Phase("unpack scattered sources", everyone, table(),
-                            [unpack.round("receive staging to the output blocks")]))
+        phases.append(Phase("deliver within domains", everyone, table(),
+                            [deliver.round("receive staging and proxy blocks to the output blocks")]))
     return phases, capacity
 
 

@@ -217,7 +217,7 @@ def _round_hops(rules: CostRules, phase, rnd, it: int, blocks, paths) -> Hops:
     hit = _ROUND_HOPS.get(key)
     if hit is not None and hit[0] is rnd and hit[1] is phase.groups and hit[2] is rules.topology:
         return hit[3]
-    hops = flow_hops(rules, round_flows(phase, rnd, it, blocks), paths)
+    hops = flow_hops(rules, round_flows(phase, rnd, it, blocks), paths, share=True)
     if len(_ROUND_HOPS) >= 4096:
         _ROUND_HOPS.pop(next(iter(_ROUND_HOPS)))
     _ROUND_HOPS[key] = (rnd, phase.groups, rules.topology, hops)

@@ -196,7 +196,27 @@ def path_cache(topology) -> PathCache:
     return cache
 
 
-def flow_hops(rules: CostRules, flows: tuple, cache: PathCache | None = None) -> Hops:
+def shared_load(links: np.ndarray, units: np.ndarray) -> np.ndarray:
+    """Per hop: the chunks its link carries until this hop's flow has passed, under the event model's sharing
+    (a link divided evenly among the messages crossing it, all starting together): sum over the link's flows j
+    of min(units_j, units_i). A flow no larger than the others waits for the link's total; a smaller one
+    leaves once every flow has moved as much as it has (a shard beside two whole pieces: 3 shards, not 2
+    pieces + a shard). Equal flows: the link's total."""
+    order = np.lexsort((units, links))
+    hl, u = links[order], units[order]
+    first = np.flatnonzero(np.r_[True, hl[1:] != hl[:-1]])
+    group = np.repeat(np.arange(first.size), np.diff(np.r_[first, hl.size]))
+    done = np.cumsum(u) - u
+    smaller = done - done[first][group]  # the link's flows sorted before this one (units <= its own)
+    rest = np.r_[first[1:], hl.size][group] - np.arange(hl.size)  # this one and those after (units >= its own)
+    out = np.empty(hl.size)
+    out[order] = smaller + rest * u
+    return out
+
+
+def flow_hops(rules: CostRules, flows: tuple, cache: PathCache | None = None, share: bool = False) -> Hops:
+    """Paths, link loads and latencies of one set of flows. `share`: each hop's load is `shared_load` (a round's
+    flows, which start together) instead of its link's total (a pipeline's stages priced at once)."""
     src, dst, u, rn, ru = flows
     F = src.size
     topo = rules.topology
@@ -213,6 +233,8 @@ def flow_hops(rules: CostRules, flows: tuple, cache: PathCache | None = None) ->
             hop_load = np.bincount(inv, weights=uh)[inv]
         # the busiest link: a maximum over the hops is one over the links carrying anything
         load_coef = float((hop_load / raw_bw).max())
+        if share and uh.size and uh.min() != uh.max():  # unequal flows: each leaves when its share is through
+            hop_load = shared_load(hl, uh)
         tier = np.bincount(hop_tier, weights=uh, minlength=len(TIERS))[:len(TIERS)]
     else:
         hop_load = np.zeros(0)
@@ -260,4 +282,4 @@ def frontier(lat: np.ndarray, per_byte: np.ndarray) -> tuple[np.ndarray, np.ndar
     return np.stack([lats[keep], top[keep]], axis=1), flow[keep]
 
 
-__all__ = ["Hops", "PathCache", "flow_hops", "frontier", "member_blocks", "path_cache", "round_flows"]
+__all__ = ["Hops", "PathCache", "flow_hops", "frontier", "member_blocks", "path_cache", "round_flows", "shared_load"]

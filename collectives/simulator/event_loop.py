@@ -64,11 +64,17 @@ def _pop(ht, hk, hm, hv, n):
 
 @_compiled
 def _post(f, t, mkey, ends, pushed, ht, hk, hm, hv, n):
-    """One end of message f is ready at t; with both, the message starts at t."""
-    ends[f] += 1
-    if ends[f] == 2:
+    """One end of message f is ready at t; with both, the message starts at the later of their times.
+    ends[f]: -1 before either end is ready, then the first end's time, inf once started (a local copy's
+    sender posts it from both of its entries in the slot: later posts change nothing). An end may be posted
+    ahead of the events in time (a node whose round ends with a reduction is ready after the event that
+    completed it), so the end posted second need not be the later one."""
+    if ends[f] < 0:
+        ends[f] = t
+    elif ends[f] < np.inf:
         pushed[0] += 1
-        n = _push(ht, hk, hm, hv, n, t, (START << KIND_SHIFT) | mkey[f], f, 0)
+        n = _push(ht, hk, hm, hv, n, max(t, ends[f]), (START << KIND_SHIFT) | mkey[f], f, 0)
+        ends[f] = np.inf
     return n
 
 
@@ -284,7 +290,7 @@ def run(num_nodes, msrc, mdst, mkey, mround, ks, kd, links, hbw, lat, nbytes, sl
     nslots = slot_ptr.size - 1
     ready = np.zeros(num_nodes)
     cur = node_first.copy()
-    ends = np.zeros(M, np.int64)
+    ends = np.full(M, -1.0)  # _post: the first end's ready time
     pending = slot_ptr[1:] - slot_ptr[:-1]
     send_end = np.zeros(nslots)
     recv_end = np.zeros(nslots)

@@ -9,7 +9,9 @@ share length / nchunks, exact when counts divide evenly).
 
 Per flow: arrival = start + path latency + chunk bytes x max over its hops of (chunks on the link / effective
 bandwidth) (a link's bandwidth is shared by the messages of the round crossing it: fair share, which for
-equal messages ends when FIFO service would); the receiver then reduces what it received. Two ways to combine
+equal messages ends when FIFO service would; a message smaller than others on the link is through once every
+message has moved as much as it has, sum over the link's messages of min(theirs, its own) chunks, as the event
+model's even split lets it: flows.shared_load); the receiver then reduces what it received. Two ways to combine
 flows into a time, both following the rules of model.py:
 
 * dataflow (default up to `DATAFLOW_MAX_NODES` nodes): a ready time per node, and the last few rounds' for

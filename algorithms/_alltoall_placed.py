@@ -22,8 +22,8 @@ whose local index l is < n_d, the *aggregator* of t in domain d is the rank in s
   copies from the receive staging to the output blocks, and every proxy's blocks to their destination over
   the domain's links.
 
-The tables are dense per rank (O(p^2) entries): this path serves placed layouts of moderate size; equal
-domains of consecutive ranks keep the closed form.
+The tables are dense per rank (O(p^2) entries): this path serves placed layouts up to
+hierarchical_alltoall.PLACED_MAX_RANKS; equal domains of consecutive ranks keep the closed form.
 """
 
 from __future__ import annotations

@@ -128,6 +128,9 @@ def rail_phase(blocks: AlltoallBlocks, staging: _Staging, dom: np.ndarray) -> Ph
                  [Round(slots, repeats=1 if D > 1 else 0, uniform=blocks.uniform, name="one message per domain")])
 
 
+PLACED_MAX_RANKS = 2048  # the placed form's per-rank tables: ~6 s and 0.75 GB to build at 1,023 ranks
+
+
 @register("hierarchical_alltoall", ("alltoall", "alltoallv"), needs_topology=True,
           summary="aggregate inside each scale-up domain, then one message per domain pair on each rail")
 def build_hierarchical_alltoall(collective: str, world_size: int, count: int, *, root=None, topology=None,
@@ -142,7 +145,11 @@ def build_hierarchical_alltoall(collective: str, world_size: int, count: int, *,
     D, G = dom.shape
     blocks = AlltoallBlocks(collective, world_size, count, counts)
     if not np.array_equal(dom.ravel(), np.arange(world_size)):
-        # unequal or scattered domains: per-rank tables (_alltoall_placed.py)
+        # unequal or scattered domains: per-rank tables (_alltoall_placed.py), O(p^2) to build
+        if world_size > PLACED_MAX_RANKS:
+            raise ValueError(f"hierarchical_alltoall on placed domains ({layout_text(topology)} ranks in "
+                             f"{topology.name!r}) builds per-rank tables and serves up to {PLACED_MAX_RANKS} "
+                             f"ranks, not {world_size}: use pairwise, or equal domains of consecutive ranks")
         phases, capacity = placed_phases(blocks, dom)
         sizes = [int(n) for n in (dom >= 0).sum(axis=1)]
         return Schedule("hierarchical_alltoall", collective, world_size, count, phases, topology=topology,

@@ -163,6 +163,12 @@ def test_hierarchical_allgather_on_uneven_domains(name, params):
     assert simulate(sched, t, mode="analytic").time == pytest.approx(event, rel=0.02)
 
 
+def test_hierarchical_alltoall_on_too_many_placed_ranks_says_what_serves_them():
+    t = preset("dgx-h100", domain_sizes=[8] * 256 + [7])
+    with pytest.raises(ValueError, match=r"up to 2048 ranks, not 2055: use pairwise"):
+        build("hierarchical_alltoall", collective="alltoall", world_size=2055, count=2055, topology=t)
+
+
 def test_hierarchical_allgather_and_reduce_scatter_in_one_scattered_domain():
     t = cluster(placement=[[2, 0, 1]], radix=8)  # one domain, ranks out of slot order: blocks move to holders
     for collective, count in (("allgather", 2), ("reduce_scatter", 6)):

@@ -253,6 +253,7 @@ def test_one_domain_tree_on_nccl_is_a_chain(name, size):
     domain of a runtime cluster every channel's tree is a chain through all GPUs, the schedule is proved and
     runs bitwise; a host cluster (no runtime) keeps the two binary trees."""
     from collectives.algorithms.double_binary_tree import nccl_trees
+
     from collectives.topology import cluster, preset
 
     t = preset(name, **size)

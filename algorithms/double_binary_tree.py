@@ -232,7 +232,8 @@ def tree_lanes(tree: Tree, members, data, lag: int = 0, height: int | None = Non
 
 
 def nccl_trees(topology, channels: int) -> list[Tree]:
-    """NCCL's tree of each channel over all ranks of a multi-domain cluster (src/graph/trees.cc, connect.cc):
+    """NCCL's tree of each channel over all ranks of a cluster (src/graph/trees.cc, connect.cc; on one domain,
+    the chain alone):
     across domains channel c uses tree c % 2 of the double binary tree over the domains; inside a domain the
     GPUs form a chain whose head, GPU h = (c // 2) mod G, links the domain to its parent and child domains'
     heads (the same local index, so one NIC rail per channel pair). A head has up to three children: the next
@@ -290,8 +291,9 @@ def default_channels(topology) -> int:
 
 
 @register("double_binary_tree", ("allreduce",),
-          summary="NCCL's tree: two complementary binary trees each carrying half the data (across domains: "
-                  "chains inside, trees over the domains, one channel pair per NIC), pipelined over `chunks`")
+          summary="NCCL's tree: two complementary binary trees each carrying half the data (on NCCL's runtime "
+                  "or across domains: chains inside a domain, trees over the domains, one channel pair per NIC), "
+                  "pipelined over `chunks`")
 def build_double_binary_tree(collective: str, world_size: int, count: int, *, root=None, topology=None,
                              chunks: int | None = None, channels: int | None = None, protocol: str = "Simple",
                              dtype="float32") -> Schedule:
@@ -299,7 +301,13 @@ def build_double_binary_tree(collective: str, world_size: int, count: int, *, ro
     if collective != "allreduce":
         raise ValueError(f"double_binary_tree implements allreduce only, not {collective}")
     domains = getattr(topology, "num_domains", 1) if topology is not None else 1
-    nccl = domains > 1 and getattr(topology, "world_size", None) == p
+    # NCCL's shape wherever NCCL runs (and across domains anywhere): chains inside a domain, the double binary
+    # tree over the domains. Inside a node NCCL links a tree channel's GPUs as a chain in the tree graph's order
+    # (src/graph/connect.cc, ncclTopoPreset: tree.up = treeIntra[i - 1], tree.down[0] = treeIntra[i + 1]) and
+    # builds binary trees across nodes only (connectTrees), so on one domain its tree is a chain of the
+    # domain's GPUs. Hosts (no runtime) keep the binary trees over the ranks.
+    nccl = getattr(topology, "world_size", None) == p and \
+        (domains > 1 or getattr(topology, "runtime", None) is not None)
     C = (default_channels(topology) if nccl else 2) if channels is None else \
         check_chunks("double_binary_tree", channels, "channels")
     if chunks is None:
@@ -311,7 +319,8 @@ def build_double_binary_tree(collective: str, world_size: int, count: int, *, ro
     params = {"chunks": c, "channels": C, "latency_class": "tree"}
     if not nccl:
         if C != 2:
-            raise ValueError(f"double_binary_tree over one domain runs its two trees (channels=2), got channels={C}")
+            raise ValueError(f"double_binary_tree over one domain without a runtime runs its two trees (channels=2), "
+                             f"got channels={C}")
         # block b (one half of the buffer) belongs to tree b; chunk id = b * chunks + segment
         phase = Phase("double binary tree", ranks[None, :], ChunkTable.whole(count, 2, c),
                       dbt_rounds(double_binary_tree(p), c))

@@ -23,6 +23,7 @@ from collectives.topology import preset  # noqa: E402
 from collectives.topology.runtime import (  # noqa: E402
     BASE_LATENCY_US,
     COLLNET_ARITY_US,
+    NET_OVERHEAD_US,
     PROTOCOLS,
     SIMPLE_ONLY,
     STEP_LATENCY_US,
@@ -30,7 +31,6 @@ from collectives.topology.runtime import (  # noqa: E402
 
 CLASS = {"ring": "ring", "double_binary_tree": "tree", "nvls": "nvls", "nvls_tree": "nvls_tree",
          "collnet_direct": "collnet_direct", "collnet_chain": "collnet_chain"}
-NET_OVERHEAD_US = 1.0  # src/graph/tuning.cc, getNetOverhead: Intel x86 and the default (AMD: 2.0)
 SIZES = (8, 1 << 10, 64 << 10)
 
 

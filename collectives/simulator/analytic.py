@@ -21,7 +21,9 @@ flows into a time, both following the rules of model.py:
   evaluated once; under rendezvous it then advances its nodes by (R - 1) x (its slowest flow's duration), the
   slowest receiver's chain setting the rate; under a credit window the recurrence is iterated (recurrence.
   iterate), and a uniform round whose pairs change between iterations (relabelled) is costed iteration by
-  iteration while that stays affordable.
+  iteration while that stays affordable. In a single round, messages that share a link but start apart share
+  it over time, and a message yields to an earlier round's messages on its links, as in the event simulator
+  (sharing.py).
 * bulk (above): each round costs its slowest flow, a repeated round that plus its cycle rate per further
   iteration (recurrence.cycle_rows; its slowest flow under rendezvous); rounds add up. O(1) per size since a
   round reduces to a few distinct (latency, seconds per byte) rows.
@@ -38,6 +40,7 @@ from ..topology import TIERS
 from .flows import Hops, flow_hops, frontier, member_blocks, path_cache, round_flows
 from .model import CostRules
 from .recurrence import EXACT_UPDATES, advance_history, cycle_rows, iterate, rate_at, reverse_pairs, scatter
+from .sharing import LinkClock, SharedLinks, shared_flows, staggered, stream_ends
 
 DATAFLOW_MAX_NODES = 65_536
 
@@ -70,7 +73,10 @@ class RoundCost:
     step_kinds: tuple | None = None
     slots: int = 1  # the most rounds a message may run ahead of its receiver (rules.credit_slots; recurrence.py)
     units: np.ndarray = field(default=None)  # per flow: chunks it carries (its credit depends on its bytes)
+    hops: Hops | None = field(default=None, repr=False)  # the round's hops, for sharing.shared_flows
+    hop_bw: np.ndarray | None = field(default=None, repr=False)  # their effective bandwidth
     _scatter: object = field(default=None, repr=False)
+    _shared: object = field(default=False, repr=False)
     _rates: np.ndarray = field(default=None, repr=False)
 
     def scatter(self):
@@ -78,6 +84,14 @@ class RoundCost:
         if self._scatter is None:
             self._scatter = scatter(self.src, self.dst, self.red_node)
         return self._scatter
+
+    def shared_links(self) -> SharedLinks | None:
+        """The round's messages that share a link with others, and their hops (sharing.py), computed once."""
+        if self._shared is False:
+            h = self.hops
+            self._shared = None if h is None or self.hop_bw is None else \
+                shared_flows(h.fidx, h.hl, h.hop_load, self.hop_bw, h.units)
+        return self._shared
 
     def rate_rows(self) -> np.ndarray:
         """(latency, s per chunk-byte) rows of the round's cycle rate when repeated (recurrence.cycle_rows);
@@ -163,7 +177,7 @@ def _round_cost(rules: CostRules, pi: int, h: Hops, repeats: int, collapsed: boo
         return RoundCost(pi, repeats, collapsed, src, dst, base.lat, coef, base.crit_link, base.crit_factor,
                          base.red_node, base.red_coef, base.tier_chunks, base.load_coef / rules.efficiency, uniq,
                          idx, rc_flow, base.red_flow, rules.overlap_reduce, h.net, slots=rules.credit_slots,
-                         units=h.units)
+                         units=h.units, hops=h, hop_bw=None if base.hop_bw is None else base.hop_bw * rules.efficiency)
     memo = h.costs.get(rules.key)
     if memo is not None and memo.repeats == repeats and memo.phase == pi:
         return memo
@@ -203,7 +217,7 @@ def _round_cost(rules: CostRules, pi: int, h: Hops, repeats: int, collapsed: boo
         uniq, idx = np.zeros((0, 2)), np.zeros(0, np.int64)
     rc = RoundCost(pi, repeats, collapsed, src, dst, lat, coef, crit_link, crit_factor, h.rn, h.rc, h.tier,
                    h.load_coef, uniq, idx, rc_flow, red_flow, rules.overlap_reduce, h.net, slots=rules.credit_slots,
-                   units=h.units)
+                   units=h.units, hops=h, hop_bw=bw)
     if rules.efficiency == 1.0:
         h.costs[rules.key] = rc
     return rc
@@ -420,6 +434,7 @@ def evaluate(st: Structure, cb: np.ndarray, dataflow: bool) -> Timing:
         slots = max((rc.slots for rc in st.rounds), default=1)
         hist = [np.zeros(st.num_nodes)] * slots
         phase_end = [0.0] * nphase
+        clock = LinkClock()
     total = 0.0
     for rc in st.rounds:
         c = cb[rc.phase]
@@ -445,7 +460,7 @@ def evaluate(st: Structure, cb: np.ndarray, dataflow: bool) -> Timing:
             phase_time[rc.phase] += cost
             total += cost
             continue
-        hist = _advance_round(rc, c, lam, hist, st.credit)
+        hist = _advance_round(rc, c, lam, hist, st.credit, clock)
         phase_end[rc.phase] = max(phase_end[rc.phase], float(hist[-1].max()))
     if dataflow:
         total = float(hist[-1].max())
@@ -458,9 +473,11 @@ def evaluate(st: Structure, cb: np.ndarray, dataflow: bool) -> Timing:
     return Timing(total, phase_time, tier, bottleneck, min(util, 1.0))
 
 
-def _advance_round(rc: RoundCost, c: float, lam: float, hist: list[np.ndarray], credit) -> list[np.ndarray]:
+def _advance_round(rc: RoundCost, c: float, lam: float, hist: list[np.ndarray], credit,
+                   clock: LinkClock | None = None) -> list[np.ndarray]:
     """The ready-time history (oldest first) after the rc.repeats rounds of `rc` at chunk bytes c (its slowest
-    flow: lam); `credit(bytes)`: the rounds each message may run ahead of its receiver (model.CostRules)."""
+    flow: lam); `credit(bytes)`: the rounds each message may run ahead of its receiver (model.CostRules);
+    `clock`: the links' spans of earlier rounds' messages (sharing.LinkClock), followed in single rounds."""
     slots = len(hist)
     sc = rc.scatter()
     ser = rc.coef * c
@@ -475,7 +492,20 @@ def _advance_round(rc: RoundCost, c: float, lam: float, hist: list[np.ndarray], 
         H = iterate(H, rc.repeats, advance, rate_at(rc.rate_rows(), c), sc.src.size + sc.nodes.size)
         fresh = H[-min(rc.repeats, slots):]
     else:
-        new = advance(H)
+        if rc.repeats == 1 and clock is not None and rc.hops is not None:
+            # a message waits for earlier rounds' messages on its links, and messages sharing a link but
+            # starting apart share it over time (sharing.py)
+            start = np.maximum(H[-1][sc.src], H[H.shape[0] - back, sc.dst])
+            spans = clock.spans(rc.hops)
+            go = clock.waits(rc.hops, spans, start)
+            end = go + ser
+            sh = rc.shared_links()
+            if sh is not None and staggered(sh, go[sh.flows]):
+                end[sh.flows] = stream_ends(sh, go[sh.flows], rc.units[sh.flows] * c)
+            end = clock.paused(rc.hops, spans, go, end)
+            clock.record(rc.hops, go, end)
+            ser = end - start
+        new = advance(H, ser=ser)
         if rc.repeats > 1:  # rendezvous: the slowest receiver's chain sets the rate of a repeated round
             new = new + (rc.repeats - 1) * lam
         fresh = new[None, :]

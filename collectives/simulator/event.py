@@ -15,10 +15,10 @@ round holds one of its links; every start or end of a message re-divides the lin
 sender when its bytes are streamed and lands after the path's latency. A node's round ends when its sends have
 left and its receives have landed, plus (or overlapped with: model.py) the reduction of what it received, and
 the node then enters its next round: that is how pieces pipeline. The analytic model shares a link among the
-round's messages the same way, which is why the two agree; here the order also follows messages of different
-rounds that meet on a link (an early sender's message waits for the link), and no link ever carries more
-than its bandwidth (checked: busy time
-<= elapsed time).
+round's messages the same way, which is why the two agree (sharing.py: over time where they start apart);
+here the order also follows every message of different rounds that meet on a link (an early sender's message
+waits for the link; the analytic model keeps only each link's latest earlier round), and no link ever carries
+more than its bandwidth (checked: busy time <= elapsed time).
 """
 
 from __future__ import annotations

@@ -19,10 +19,12 @@ from .cluster import Cluster, ClusterSpec, check_names, cluster
 
 GBIT = 1e9 / 8  # bytes/s in one Gb/s
 
-# Latencies are not in hardware.md as wire figures; these are model defaults (parameters):
-# NVLink hop GPU <-> NVSwitch 0.5 us; NIC 1 us per end; cable 0.1 us; switch port-to-port 0.2 us
-# (hardware.md: "no authoritative figure; secondary sources give 130-400 ns. A parameter").
-_LATENCIES = dict(nvlink_latency=0.5e-6, nic_latency=1.0e-6, fabric_latency=0.1e-6, switch_latency=0.2e-6)
+# Latencies are not in hardware.md as wire figures; these are model defaults (parameters): NIC 1 us per end;
+# cable 0.1 us; switch port-to-port 0.2 us (hardware.md: "no authoritative figure; secondary sources give 130-400
+# ns. A parameter"). An NVLink path GPU -> NVSwitch -> GPU is composed the same way: a cable each way and one
+# switch's port-to-port latency, 0.1 + 0.2 + 0.1 = 0.4 us, i.e. two hops of 0.2 us. It stays below NCCL's whole
+# NVLink step (LL: 0.6 us, wire included; src/graph/tuning.cc hwLatencies), which a wire figure must.
+_LATENCIES = dict(nvlink_latency=0.2e-6, nic_latency=1.0e-6, fabric_latency=0.1e-6, switch_latency=0.2e-6)
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,10 @@ STEP_LATENCY_US: dict[str, dict[str, tuple[float, float, float]]] = {
 }
 # src/graph/tuning.cc, ncclTopoTuneModel, CollNetDirect: "Add 0.4 us arity serialization latency" per peer of the head
 COLLNET_ARITY_US = 0.4
+# src/graph/tuning.cc, getNetOverhead (us): the default and Intel x86 (AMD x86: 2.0; the presets' hosts are Intel
+# Xeon (DGX H100/H200) and Grace (GB200/GB300), both 1.0). ncclTopoTuneModel: "Inter-node rings still have to
+# launch nsteps * net overhead": a multi-node ring's every step costs at least this, x3 for Simple.
+NET_OVERHEAD_US = 1.0
 # src/include/device.h: NCCL_STEPS buffer slots per connection; default buffers from src/init.cc
 # (DEFAULT_LL_BUFFSIZE = NCCL_LL_LINES_PER_THREAD 8 x NCCL_LL_MAX_NTHREADS 512 x NCCL_STEPS x 16-byte lines;
 # DEFAULT_LL128_BUFFSIZE = NCCL_LL128_ELEMS_PER_THREAD 120 x NCCL_LL128_MAX_NTHREADS 640 x NCCL_STEPS x 8;
@@ -142,11 +146,16 @@ class NcclRuntime:
         """Seconds one step of a rank-to-rank message costs in software, on "nvlink" or the "net" (NCCL's
         hwLatencies). Steps of the in-network classes' switch operations are in `call_latency`; their
         rank-to-rank steps use their own row where NCCL has one (nvls_tree's tree, collnet's intra-node
-        NVLink steps), ring's otherwise."""
+        NVLink steps), ring's otherwise. A ring's NVLink step across domains costs at least NCCL's network
+        overhead (NET_OVERHEAD_US, x3 for Simple: src/graph/tuning.cc, ncclTopoTuneModel, ring's
+        `intraLat = std::max(intraLat, netOverhead)` when nNodes > 1)."""
         p = _protocol_index(protocol)
         cls = _check_class(latency_class)
         if kind not in STEP_LATENCY_US:
             raise ValueError(f"kind must be one of {', '.join(STEP_LATENCY_US)}, got {kind!r}")
+        if cls == "ring" and kind == "nvlink" and self.multi_domain:
+            overhead = NET_OVERHEAD_US * (3 if PROTOCOLS[p] == "Simple" else 1)
+            return max(STEP_LATENCY_US[kind][cls][p], overhead) * US
         if cls == "nvls" or (cls == "nvls_tree" and kind == "nvlink") or \
                 (cls in ("collnet_direct", "collnet_chain") and kind == "net"):
             cls = "ring"
@@ -241,6 +250,7 @@ def default_ring_channels(generation: str, nvlink_bandwidth: float, rails: int, 
 
 
 __all__ = ["BASE_LATENCY_US", "COLLNET_ARITY_US", "GENERATIONS", "LATENCY_CLASSES", "MAX_CHANNELS", "MAX_THREADS", "NCCL_STEPS",
+           "NET_OVERHEAD_US",
            "NVLS_CHANNELS", "THREAD_THRESHOLD",
            "PROTOCOLS", "RUNTIMES", "SIMPLE_ONLY", "STEP_LATENCY_US", "NcclRuntime", "check_protocol",
            "default_ring_channels", "efficiency", "step_bytes"]

@@ -245,3 +245,32 @@ def test_parameter_errors():
         algorithms.build("recursive_doubling", collective="allreduce", world_size=4, count=8, chunks=2)
     with pytest.raises(ValueError, match="does not implement"):
         algorithms.build("double_binary_tree", collective="broadcast", world_size=4, count=8, root=0)
+
+
+@pytest.mark.parametrize("name,size", [("dgx-h100", {"nodes": 1}), ("gb200-nvl72", {"racks": 1})])
+def test_one_domain_tree_on_nccl_is_a_chain(name, size):
+    """Inside a node NCCL's tree is a chain of the node's GPUs (src/graph/connect.cc, ncclTopoPreset): on one
+    domain of a runtime cluster every channel's tree is a chain through all GPUs, the schedule is proved and
+    runs bitwise; a host cluster (no runtime) keeps the two binary trees."""
+    from collectives.algorithms.double_binary_tree import nccl_trees
+
+    from collectives.topology import cluster, preset
+
+    t = preset(name, **size)
+    p = t.world_size
+    for tree in nccl_trees(t, 4):
+        assert int((tree.children >= 0).sum(axis=1).max()) == 1  # one child each: a chain
+        assert int(tree.height.max()) == p - 1
+    count = 3 * p + 1
+    s = algorithms.build("double_binary_tree", collective="allreduce", world_size=p, count=count, topology=t,
+                         chunks=2, channels=4)
+    assert s.params["channels"] == 4
+    verify(s, itemsize=8)
+    rng = np.random.default_rng(5)
+    xs = [rng.integers(-1000, 1000, count).astype(np.int64) for _ in range(p)]
+    want = np.sum(xs, axis=0)
+    assert all(np.array_equal(o, want) for o in emulate(s, xs))
+    host = cluster(domains=1, gpus_per_domain=8, levels=0)
+    assert host.runtime is None
+    s = algorithms.build("double_binary_tree", collective="allreduce", world_size=8, count=9, topology=host)
+    assert s.phases[0].name == "double binary tree"

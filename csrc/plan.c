@@ -60,49 +60,6 @@ int coll_ctrl_compare(const int64_t *ctrl_q, int64_t seq, int64_t signature)
     return load(&ctrl_q[COLL_CTRL_SIG_HASH + slot]) == signature ? 1 : -1;
 }
 
-int coll_ctrl_agree(int64_t *const *ctrl, int nranks, int me, int64_t seq, int64_t signature, unsigned char *seen,
-                    int64_t polls, int yield_cpu, int64_t *waiting)
-{
-    const int slot = (int)(seq & 1) * 2;
-    for (int64_t i = 0;; i++) {
-        int pending = -1, unanimous = 1;
-        for (int q = 0; q < nranks; q++) {
-            if (q == me)
-                continue;
-            if (!seen[q]) {
-                /* the same reading as coll_ctrl_compare, with the vote bit masked out of the hash */
-                if (load(&ctrl[q][COLL_CTRL_POISON]) == seq) {
-                    *waiting = q;
-                    coll_ctrl_poison(ctrl[me], seq);
-                    return -2;
-                }
-                if (load(&ctrl[q][COLL_CTRL_SIG_SEQ + slot]) != seq) {
-                    if (pending < 0)
-                        pending = q;
-                    continue;
-                }
-                const int64_t its = load(&ctrl[q][COLL_CTRL_SIG_HASH + slot]);
-                if ((its | 1) != (signature | 1)) {
-                    *waiting = q;
-                    coll_ctrl_poison(ctrl[me], seq);
-                    return -1;
-                }
-                seen[q] = (unsigned char)(1 + (its & 1));
-            }
-            unanimous &= seen[q] == 2;
-        }
-        if (pending < 0)
-            return unanimous ? 2 : 1;
-        *waiting = pending;
-        if (i + 1 >= polls)
-            return 0;
-        if (yield_cpu)
-            sched_yield();
-        else
-            CPU_RELAX();
-    }
-}
-
 /* -1 when rank q shows a mismatch of this call (a -1 or -2 from coll_ctrl_compare), else 0; marks q checked
  * once it has started the call with the same signature. */
 static int check_peer(struct coll_plan_call *call, int q)

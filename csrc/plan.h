@@ -89,16 +89,6 @@ void coll_ctrl_poison(int64_t *ctrl, int64_t seq);
 /* 1: rank q started call `seq` with this signature; 0: not yet; -1: another signature; -2: q reported a
  * mismatch of this call (its poison word). */
 int coll_ctrl_compare(const int64_t *ctrl_q, int64_t seq, int64_t signature);
-/* The agreement of a call no program runs (MPI's own collective), with a vote: every rank signs its hash with
- * the lowest bit replaced by its vote (1: it may run MPI's blocking collective), and the comparison ignores that
- * bit. Polls the peers not yet seen (`seen[q]` 0; the caller zeroes `seen` once per call and keeps it across
- * retries) up to `polls` rounds, a pause between rounds (sched_yield when `yield_cpu`); a peer that shows this
- * call with the same hash is marked seen[q] = 1 + its vote. Returns 2 once every peer is seen and every peer
- * voted 1, 1 once every peer is seen and some voted 0, 0 while some peer has not signed the call (*waiting = the
- * first), -1 when a peer signed another hash (this rank poisons the call) and -2 when a peer poisoned it (this
- * rank passes it on); *waiting = that peer. */
-int coll_ctrl_agree(int64_t *const *ctrl, int nranks, int me, int64_t seq, int64_t signature, unsigned char *seen,
-                    int64_t polls, int yield_cpu, int64_t *waiting);
 /* CDEF-END */
 
 #endif

@@ -31,12 +31,6 @@ from .. import environment
 from ..errors import CallMismatchError, CollectivesError
 from .calls import Signature
 
-try:
-    from collectives._ckernels import ffi as _ffi
-    from collectives._ckernels import lib as _lib
-except ImportError:  # no C extension: the agreement compares in Python, without a vote
-    _ffi = _lib = None
-
 MODES = ("metadata", "full", "off")
 FIELDS = ("call", "collective", "count", "dtype", "op", "root", "algorithm", "chosen", "accumulate", "deterministic")
 _RECORD = 384  # bytes per rank in the mismatch allgather
@@ -110,7 +104,7 @@ class Agreement:
         self._req = runtime.iallreduce(np.concatenate([v, -v]), self._buf, "min")
         self._report: MismatchReport | None = None
 
-    def test(self, polls: int = 0) -> bool:
+    def test(self) -> bool:
         if self._report is not None:
             return self._report.test()
         if not self._req.Test():
@@ -127,71 +121,34 @@ class Agreement:
 class HostAgreement:
     """The agreement of one call on one host, for calls the plan runner does not execute: sign this rank's
     slot, then `test()` until every peer has signed the same call number (True) or shows another signature or
-    a poison word (CallMismatchError, after the report).
-
-    With a `vote` (calls of MPI's own collective, with the C extension) the signature's lowest bit carries this
-    rank's vote and the comparison ignores it: `unanimous` is True once every rank agreed the call and voted
-    True. A plan uses it to run MPI's blocking collective only when every rank does (MPI never matches a
-    blocking collective with a nonblocking one), one C call per poll (csrc/plan.c, coll_ctrl_agree)."""
+    a poison word (CallMismatchError, after the report)."""
 
     stage = "agreement"
 
-    def __init__(self, runtime, arena, meta: CallMeta | tuple[int, Signature], signature: int,
-                 vote: bool | None = None, yield_cpu: bool = False) -> None:
-        """`meta`: the call, or (call number, Signature) to build it only for a mismatch report; `yield_cpu`:
-        yield the CPU between polls (more ranks than cores)."""
-        self.runtime, self.arena, self._meta = runtime, arena, meta
-        self.seq = meta.call if isinstance(meta, CallMeta) else meta[0]
+    def __init__(self, runtime, arena, meta: CallMeta, signature: int) -> None:
+        self.runtime, self.arena, self.meta, self.signature = runtime, arena, meta, signature
         self._pending = [q for q in range(arena.size) if q != arena.rank]
         self._report: MismatchReport | None = None
-        self.unanimous = False
-        self._seen = None
-        if vote is not None and _lib is not None:
-            signature = (signature & ~1) | int(vote)
-            self._vote = bool(vote)
-            self._seen = _ffi.new("unsigned char[]", arena.size)
-            self._waiting = _ffi.new("int64_t *")
-            self._ctrl = arena.c_ctrl()
-            self._yield = int(yield_cpu)
-        self.signature = signature
-        arena.sign(self.seq, signature)
-
-    @property
-    def meta(self) -> CallMeta:
-        if not isinstance(self._meta, CallMeta):
-            self._meta = CallMeta.of(*self._meta)
-        return self._meta
+        arena.sign(meta.call, signature)
 
     @property
     def waiting(self) -> tuple[int, ...]:
-        if self._seen is not None:
-            return tuple(q for q in range(self.arena.size) if q != self.arena.rank and not self._seen[q])
         return tuple(self._pending)
 
-    def test(self, polls: int = 1) -> bool:
-        """`polls`: with a vote, how often the C side polls the peers before returning False."""
+    def test(self) -> bool:
         if self._report is not None:
             return self._report.test()
-        a = self.arena
-        if self._seen is not None:
-            state = _lib.coll_ctrl_agree(self._ctrl, a.size, a.rank, self.seq, self.signature, self._seen,
-                                         max(1, polls), self._yield, self._waiting)
-            if state > 0:
-                self.unanimous = state == 2 and self._vote
-                return True
-            if state == 0:
-                return False
-            return self.mismatch()  # coll_ctrl_agree poisoned the call (or passed a peer's poison on)
         from .shm.arena import MATCH, NOT_STARTED
+        seq, a = self.meta.call, self.arena
         still = []
         for q in self._pending:
-            state = a.compare(q, self.seq, self.signature)
+            state = a.compare(q, seq, self.signature)
             if state == MATCH:
                 continue
             if state == NOT_STARTED:
                 still.append(q)
                 continue
-            a.poison(self.seq)
+            a.poison(seq)
             return self.mismatch()
         self._pending = still
         return not still

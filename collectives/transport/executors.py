@@ -3,8 +3,7 @@
 * `ShmExecutor`: the schedule over shared memory (shm/): the plan runner, the agreement folded into its waits;
 * `MessageExecutor`: the schedule with point-to-point messages (messages.py), switch nodes included (run by
   switch daemons or emulated on the ranks);
-* `NativeExecutor`: MPI's own collective (blocking when every rank agreed to, else nonblocking), for what MPI
-  does best;
+* `NativeExecutor`: MPI's own collective (nonblocking), for what MPI does best;
 * `LocalExecutor`: a world of one (the output is the input).
 
 Schedule executors take `start(work, source, seq)` (the node's state and the lazy input, plans.Plan.bind);
@@ -113,25 +112,21 @@ class MessageExecutor:
 
 
 class NativeExecutor:
-    """The runtime's own collective (MPI's) on the call's buffers: posted nonblocking (MPI matches nonblocking
-    collectives by order, so a rank whose call is queued behind an asynchronous one still matches its peers), or
-    run blocking when every rank voted for it in the call's agreement (plans.Launch): a blocking call with nothing
-    else in flight in the process, on every rank."""
+    """The runtime's own collective (MPI's), posted nonblocking on the call's buffers (MPI matches nonblocking
+    collectives by order, so a rank whose call is queued behind an asynchronous one still matches its peers)."""
 
     folds_agreement = False
 
     def __init__(self, ctx, collective: str, kernel_op: str, root: int | None) -> None:
         self.native, self.collective, self.root, self.rank, self.p = ctx.runtime.native, collective, root, \
             ctx.rank, ctx.size
-        self.blocking = getattr(ctx.runtime, "native_blocking", None)  # None: this runtime has no blocking ones
         self.op = kernel_op
         self.req = None
         self.completed = 0
 
-    def launch(self, plan, x: np.ndarray, out, seq: int, blocking: bool = False):
-        """Post the call (`blocking`: run MPI's blocking collective, which every rank must do alike); returns the
-        array the call will return (None off a reduce's root)."""
-        n, op, root, coll = self.blocking if blocking else self.native, self.op, self.root, self.collective
+    def launch(self, plan, x: np.ndarray, out, seq: int):
+        """Post the call; returns the array the call will return (None off a reduce's root)."""
+        n, op, root, coll = self.native, self.op, self.root, self.collective
         res = plan.output(x, out)  # x is contiguous (plans.Plan.submit); out=x means in place
         if coll == "allreduce":
             self.req = n.allreduce(n.IN_PLACE if res is x else x, res, op)

@@ -44,7 +44,7 @@ def _bytes(a: np.ndarray) -> list:
 
 
 class _MpiNative:
-    """MPI's own collectives, nonblocking (mpi4py's buffer interface), each returning its request."""
+    """MPI's own collectives, nonblocking (mpi4py's buffer interface)."""
 
     OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX, "band": MPI.BAND, "bor": MPI.BOR,
            "bxor": MPI.BXOR}
@@ -90,74 +90,6 @@ class _MpiNative:
         return self.c.Ibarrier()
 
 
-class _Completed:
-    """The request of a collective that returned complete."""
-
-    __slots__ = ()
-
-    @staticmethod
-    def Test() -> bool:  # noqa: N802 - the request protocol is MPI's
-        return True
-
-    def Cancel(self) -> None:  # noqa: N802
-        pass
-
-
-_COMPLETED = _Completed()
-
-
-class _MpiBlocking(_MpiNative):
-    """MPI's own collectives, blocking: the same calls as _MpiNative's, each returning once complete. MPICH's
-    blocking collectives take its shared-memory algorithms, its nonblocking ones generic schedules over
-    point-to-point messages, 1.3-2.8x slower on one host from 256 KiB (`mpiexec -n 2 python bench/bench_mpi.py
-    --algorithms native` against the blocking call, docs/transport.md)."""
-
-    def allreduce(self, send, recv, op: str):
-        self.c.Allreduce(send, recv, self.OPS[op])
-        return _COMPLETED
-
-    def reduce(self, send, recv, op: str, root: int):
-        self.c.Reduce(send, recv, self.OPS[op], root)
-        return _COMPLETED
-
-    def broadcast(self, buf, root: int):
-        self.c.Bcast(_bytes(buf), root)
-        return _COMPLETED
-
-    def reduce_scatter(self, send, recv, op: str):
-        self.c.Reduce_scatter_block(send, recv, self.OPS[op]) if recv.size else self.c.Barrier()
-        return _COMPLETED
-
-    def allgather(self, send, recv):
-        self.c.Allgather(_bytes(send), _bytes(recv)) if send.size else self.c.Barrier()
-        return _COMPLETED
-
-    def alltoall(self, send, recv):
-        self.c.Alltoall(_bytes(send), _bytes(recv)) if send.size else self.c.Barrier()
-        return _COMPLETED
-
-    def alltoallv(self, send, send_counts, recv, recv_counts):
-        k = send.dtype.itemsize
-        sc, rc = np.asarray(send_counts, np.int64) * k, np.asarray(recv_counts, np.int64) * k
-        sdispl = np.concatenate(([0], np.cumsum(sc)[:-1]))
-        rdispl = np.concatenate(([0], np.cumsum(rc)[:-1]))
-        self.c.Alltoallv([send.reshape(-1).view(np.uint8), (sc, sdispl), MPI.BYTE],
-                         [recv.reshape(-1).view(np.uint8), (rc, rdispl), MPI.BYTE])
-        return _COMPLETED
-
-    def gather(self, send, recv, root: int):
-        self.c.Gather(_bytes(send), None if recv is None else _bytes(recv), root)
-        return _COMPLETED
-
-    def scatter(self, send, recv, root: int):
-        self.c.Scatter(None if send is None else _bytes(send), _bytes(recv), root)
-        return _COMPLETED
-
-    def barrier(self):
-        self.c.Barrier()
-        return _COMPLETED
-
-
 class _MpiRecv:
     """An MPI receive and the status that says who sent it."""
 
@@ -191,7 +123,6 @@ class MpiRuntime(Runtime):
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.name = MPI.Get_library_version().splitlines()[0].strip()
         self.native = _MpiNative(self.comm)
-        self.native_blocking = _MpiBlocking(self.comm)
         self._local: MPI.Comm | None = None
         # the largest tag: read from MPI_COMM_WORLD, where every MPI sets it (Open MPI leaves the attribute unset
         # on duplicated communicators); 32767 is the least the standard guarantees

@@ -30,7 +30,7 @@ from . import calls
 from .agreement import Agreement, CallMeta, HostAgreement, MismatchReport, ResultCheck
 from .choose import Choice
 from .executors import DONE, MISMATCH, LocalExecutor, MessageExecutor, NativeExecutor, ShmExecutor
-from .progress import advance_others, calls_in_flight
+from .progress import advance_others
 from .shm.executor import POLLS
 
 _IN_WORK, _IN_SCRATCH, _BROADCAST, _GATHER, _GENERAL = range(5)  # how run() binds a call's buffers
@@ -90,11 +90,6 @@ class Plan:
         # the plan runner: one C call runs the call, and its agreement when checking (folded into its waits)
         self.inline = isinstance(self.executor, ShmExecutor) and not wide
         self.explicit_agreement = ctx.check != "off" and not self.executor.folds_agreement and p > 1
-        # MPI's own collective on one host: the agreement carries each rank's vote for running MPI's blocking
-        # collective (much faster than its nonblocking one, and no polling from Python); a blocking call votes for
-        # it when nothing else is in flight in the process, and it runs blocking when every rank voted so
-        self.votes = (self.explicit_agreement and ctx.arena is not None and isinstance(self.executor, NativeExecutor)
-                      and self.executor.blocking is not None)
         # check="off": the first call of each signature still agrees on the call's size (collective, count,
         # dtype: self.digest) where the executor does not fold that in (MPI's own collective, messages), when
         # the ranks share a host: through their control blocks, never an MPI collective that could meet a peer's
@@ -305,7 +300,7 @@ class Plan:
         ctx = self.ctx
         seq = ctx.seq = ctx.seq + 1
         self.calls += 1
-        launch = Launch(self, seq, x, out, None, started=False, blocking=True)
+        launch = Launch(self, seq, x, out, None, started=False)
         try:
             for _ in range(SPIN_POLLS):
                 if launch.advance():
@@ -333,34 +328,29 @@ class Plan:
         launch = Launch(self, seq, x, out, None, started=False)
         return ctx.queue.submit(launch, async_op, timeout)
 
-    def agreement(self, seq: int, blocking: bool = False):
+    def agreement(self, seq: int):
         """The explicit agreement of call `seq`, posted now (None when the executor folds it, or with check=off
-        after the signature's first call); `blocking`: a blocking call, which may vote for MPI's blocking
-        collective (see self.votes)."""
+        after the signature's first call)."""
         if not self.explicit_agreement:
             if not self.size_check_pending:
                 return None
             self.size_check_pending = False
             return HostAgreement(self.ctx.runtime, self.ctx.arena, CallMeta.of(seq, self.signature), self.digest)
-        ctx = self.ctx
+        ctx, meta = self.ctx, CallMeta.of(seq, self.signature)
         if ctx.arena is not None:
-            vote = (blocking and ctx.fast and not calls_in_flight()) if self.votes else None
-            return HostAgreement(ctx.runtime, ctx.arena, (seq, self.signature), self.digest, vote,
-                                 ctx.host.oversubscribed)
-        return Agreement(ctx.runtime, CallMeta.of(seq, self.signature), self.rank)
+            return HostAgreement(ctx.runtime, ctx.arena, meta, self.digest)
+        return Agreement(ctx.runtime, meta, self.rank)
 
 
 class Launch:
     """One issued call of a plan in the queue: agreement (if explicit) -> start -> progress -> finish ->
     (check="full") result check."""
 
-    __slots__ = ("plan", "seq", "x", "out", "res", "done", "error", "result", "stage", "blocking", "_agreement",
-                 "_state", "_report", "_post", "_wide_out")
+    __slots__ = ("plan", "seq", "x", "out", "res", "done", "error", "result", "stage", "_agreement", "_state",
+                 "_report", "_post", "_wide_out")
 
-    def __init__(self, plan: Plan, seq: int, x, out, res, started: bool, blocking: bool = False) -> None:
-        """`blocking`: a blocking call issued with nothing in flight on its communicator (Plan.agreement)."""
+    def __init__(self, plan: Plan, seq: int, x, out, res, started: bool) -> None:
         self.plan, self.seq, self.x, self.out = plan, seq, x, out
-        self.blocking = blocking
         self.res = res
         self.done = False
         self.error: BaseException | None = None
@@ -396,8 +386,8 @@ class Launch:
             return self._report.test()  # raises the mismatch once every rank's record is in
         if self._state == "agree":
             if self._agreement is None:
-                self._agreement = plan.agreement(self.seq, self.blocking)
-            if self._agreement is not None and not self._agreement.test(polls):
+                self._agreement = plan.agreement(self.seq)
+            if self._agreement is not None and not self._agreement.test():
                 return False
             self._start(polls)
             if self._report is not None:  # the plan runner found a mismatch as the call started
@@ -424,10 +414,7 @@ class Launch:
             self._wide_out = plan.output(x, out)
             x, out = x.astype(np.float32), None
         ex = plan.executor
-        if isinstance(ex, NativeExecutor):  # blocking when every rank voted for it in the agreement
-            self.res = ex.launch(plan, x, out, self.seq, getattr(self._agreement, "unanimous", False))
-            return
-        if isinstance(ex, LocalExecutor):
+        if isinstance(ex, (LocalExecutor, NativeExecutor)):
             self.res = ex.launch(plan, x, out, self.seq)
             return
         res = self.res = plan.output(x, out) if not plan.wide else \

@@ -106,11 +106,6 @@ class Work:
 _in_flight: weakref.WeakSet = weakref.WeakSet()  # queues with calls in flight, every communicator of the process
 
 
-def calls_in_flight() -> bool:
-    """Some communicator of this process has a call in flight."""
-    return bool(_in_flight)
-
-
 def advance_others(queue) -> None:
     """Advance this thread's calls in flight on communicators other than `queue`'s, while it waits on that one
     (their errors stay theirs: a failure is recorded on that communicator, raised when its own caller waits)."""

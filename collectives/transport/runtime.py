@@ -45,9 +45,6 @@ class Runtime(ABC):
     failure: type[BaseException]  # what a request raises when a peer failed
     tag_upper_bound: int
     native = None  # the runtime's own collectives (NativeCollectives), or None
-    # the same collectives blocking (each returns a completed request), or None: a plan runs them only when every
-    # rank agreed to (agreement.HostAgreement's vote), since a blocking collective never matches a nonblocking one
-    native_blocking = None
     native_measured = True  # auto's measured decisions (MPI's own collectives) describe `native`
 
     def native_refusal(self, collective: str, dtype: np.dtype) -> str | None:

@@ -280,9 +280,8 @@ def run(args) -> int:
         chk.fail("a later handle completed before an earlier one")
     if not np.array_equal(hs[0].wait(), x * p):
         chk.fail("async allreduce in a mixed batch gave a wrong result")
-    # MPI's own collective runs blocking only when every rank's agreement voted for it (a blocking collective
-    # never matches a nonblocking one): the same call issued blocking on even ranks and async on odd ranks, or with
-    # another call in flight on some ranks, still completes everywhere with the right result
+    # MPI's own collective issued blocking on even ranks and async on odd ranks, or behind another call in flight
+    # on some ranks only, still matches across ranks and completes everywhere with the right result
     y = np.arange(5 * p, dtype=np.float32)
     for case in ("async on odd ranks", "a call in flight on odd ranks"):
         if comm.rank % 2 and case.startswith("async"):

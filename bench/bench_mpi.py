@@ -9,6 +9,8 @@ follow nccl-tests: each rank's input for allreduce, broadcast and reduce, the pÂ
 reduce_scatter and alltoall, the pÂ·k-element output of allgather. MPI's own: Allreduce, Reduce_scatter_block,
 Allgather, Bcast, Reduce, Alltoall. `--algorithms` defaults to auto and, for allreduce, ring, rabenseifner,
 direct and recursive_doubling; for the other collectives every algorithm of theirs that runs without a topology.
+`native` is MPI's own collective called through the library (the call agreement and the library's bookkeeping
+around it), which is what auto runs where it picks MPI's own.
 
 Noise-robust: for every size the candidates (MPI's own collective, `auto`, each algorithm) are measured in
 *interleaved* trials (native, auto, algo1, ..., then again), each trial a timed loop of the same number of calls
@@ -66,7 +68,8 @@ def main() -> int:
     ap.add_argument("--collective", default="allreduce", choices=COLLECTIVES)
     ap.add_argument("--sizes", nargs="+", default=DEFAULT_SIZES)
     ap.add_argument("--algorithms", nargs="+", default=None,
-                    help="'auto' and registered algorithms, with parameters as name:key=value,... (default: auto and, "
+                    help="'auto', 'native' (MPI's own collective through the library: its agreement and bookkeeping "
+                         "included) and registered algorithms, with parameters as name:key=value,... (default: auto and, "
                          "for allreduce, ring rabenseifner direct recursive_doubling; for the others every "
                          "algorithm of the collective that runs without a topology)")
     ap.add_argument("--dtype", default="float32")
@@ -82,7 +85,7 @@ def main() -> int:
     mpi, p, rank = comm.mpi_comm, comm.size, comm.rank
     dtype = {dtype_name(d): d for d in SUPPORTED_DTYPES}[args.dtype]
     specs = [parse_spec(a) for a in (args.algorithms or default_algorithms(args.collective))]
-    unknown = [n for n, _ in specs if n != "auto" and n not in algorithms.names(args.collective)]
+    unknown = [n for n, _ in specs if n not in ("auto", "native") and n not in algorithms.names(args.collective)]
     if unknown:
         if rank == 0:
             print(f"bench_mpi.py: {', '.join(unknown)} cannot run {args.collective}; algorithms that can: "

@@ -112,7 +112,7 @@ def main() -> int:
     for s in args.sizes:
         nbytes = parse_size(s)
         n = max(1, nbytes // dtype.itemsize)
-        if args.collective in ("reduce_scatter", "allgather"):
+        if args.collective in ("reduce_scatter", "allgather", "alltoall"):  # an equal block per rank
             n = max(1, n // p) * p
         nbytes = n * dtype.itemsize
         factor = nbytes * bus_factor(args.collective, p)

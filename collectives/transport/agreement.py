@@ -30,6 +30,7 @@ import numpy as np
 from .. import environment
 from ..errors import CallMismatchError, CollectivesError
 from .calls import Signature
+from .shm.arena import DONE, MATCH, NOT_STARTED
 
 MODES = ("metadata", "full", "off")
 FIELDS = ("call", "collective", "count", "dtype", "op", "root", "algorithm", "chosen", "accumulate", "deterministic")
@@ -147,7 +148,6 @@ class HostAgreement:
     def test(self) -> bool:
         if self._report is not None:
             return self._report.test()
-        from .shm.arena import MATCH, NOT_STARTED
         seq, a = self.seq, self.arena
         still = []
         for q in self._pending:
@@ -178,7 +178,6 @@ class MismatchReport:
         p = runtime.size
         done = 0
         if arena is not None:
-            from .shm.arena import DONE
             done = arena.counter(arena.rank, DONE)
         send = np.frombuffer(meta.record() + int(done).to_bytes(8, "little", signed=True), dtype=np.uint8)
         self._width = _RECORD + 8

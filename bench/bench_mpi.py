@@ -4,9 +4,13 @@
             [--algorithms auto ring direct:chunks=2] [--dtype float32] [--trials 7] [--seconds 0.04] [--check]
             [--all] [--comm-check off] [--inplace]
 
-`--collective` is allreduce (default), reduce_scatter, allgather, broadcast or reduce (root 0); sizes follow
-nccl-tests: each rank's input for allreduce, broadcast and reduce, the p·k-element input of reduce_scatter, the
-p·k-element output of allgather. MPI's own: Allreduce, Reduce_scatter_block, Allgather, Bcast, Reduce.
+`--collective` is allreduce (default), reduce_scatter, allgather, broadcast, reduce (root 0) or alltoall; sizes
+follow nccl-tests: each rank's input for allreduce, broadcast and reduce, the p·k-element input of
+reduce_scatter and alltoall, the p·k-element output of allgather. MPI's own: Allreduce, Reduce_scatter_block,
+Allgather, Bcast, Reduce, Alltoall. `--algorithms` defaults to auto and, for allreduce, ring, rabenseifner,
+direct and recursive_doubling; for the other collectives every algorithm of theirs that runs without a topology.
+`native` is MPI's own collective called through the library (the call agreement and the library's bookkeeping
+around it), which is what auto runs where it picks MPI's own.
 
 Noise-robust: for every size the candidates (MPI's own collective, `auto`, each algorithm) are measured in
 *interleaved* trials (native, auto, algo1, ..., then again), each trial a timed loop of the same number of calls
@@ -35,7 +39,7 @@ from collectives.transport import init
 
 DEFAULT_SIZES = ["8", "64", "512", "4K", "32K", "128K", "256K", "512K", "1M", "2M", "4M", "8M", "16M", "32M",
                  "64M"]
-DEFAULT_ALGOS = ["auto", "ring", "rabenseifner", "direct", "recursive_doubling"]
+ALLREDUCE_ALGOS = ["auto", "ring", "rabenseifner", "direct", "recursive_doubling"]
 BEST_RANGE = (1 << 20, 16 << 20)  # sizes where the best algorithm must reach BEST_TARGET
 BEST_TARGET, AUTO_TARGET = 1.2, 0.9
 ROOT = 0
@@ -53,12 +57,21 @@ def human(n: int) -> str:
     return f"{n} B"
 
 
+def default_algorithms(collective: str) -> list[str]:
+    if collective == "allreduce":
+        return ALLREDUCE_ALGOS
+    return ["auto", *(n for n in algorithms.names(collective) if not algorithms.info(n).needs_topology)]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--collective", default="allreduce", choices=COLLECTIVES)
     ap.add_argument("--sizes", nargs="+", default=DEFAULT_SIZES)
-    ap.add_argument("--algorithms", nargs="+", default=DEFAULT_ALGOS,
-                    help="'auto' and registered algorithms, with parameters as name:key=value,...")
+    ap.add_argument("--algorithms", nargs="+", default=None,
+                    help="'auto', 'native' (MPI's own collective through the library: its agreement and bookkeeping "
+                         "included) and registered algorithms, with parameters as name:key=value,... (default: auto and, "
+                         "for allreduce, ring rabenseifner direct recursive_doubling; for the others every "
+                         "algorithm of the collective that runs without a topology)")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--trials", type=int, default=7, help="interleaved trials per size (median reported)")
     ap.add_argument("--seconds", type=float, default=0.04, help="time per trial per candidate")
@@ -71,8 +84,8 @@ def main() -> int:
     comm = init(check=args.comm_check) if args.comm_check else init()
     mpi, p, rank = comm.mpi_comm, comm.size, comm.rank
     dtype = {dtype_name(d): d for d in SUPPORTED_DTYPES}[args.dtype]
-    specs = [parse_spec(a) for a in args.algorithms]
-    unknown = [n for n, _ in specs if n != "auto" and n not in algorithms.names(args.collective)]
+    specs = [parse_spec(a) for a in (args.algorithms or default_algorithms(args.collective))]
+    unknown = [n for n, _ in specs if n not in ("auto", "native") and n not in algorithms.names(args.collective)]
     if unknown:
         if rank == 0:
             print(f"bench_mpi.py: {', '.join(unknown)} cannot run {args.collective}; algorithms that can: "
@@ -99,7 +112,7 @@ def main() -> int:
     for s in args.sizes:
         nbytes = parse_size(s)
         n = max(1, nbytes // dtype.itemsize)
-        if args.collective in ("reduce_scatter", "allgather"):
+        if args.collective in ("reduce_scatter", "allgather", "alltoall"):  # an equal block per rank
             n = max(1, n // p) * p
         nbytes = n * dtype.itemsize
         factor = nbytes * bus_factor(args.collective, p)

@@ -61,8 +61,10 @@ def calls(comm, collective: str, x: np.ndarray, out: np.ndarray, specs, root: in
             return comm.reduce(x, out=out, root=root, algorithm=name, **prm)
         return getattr(comm, collective)(x, out=out, algorithm=name, **prm)
 
+    # MPI's own collective through the library (spec "native") is labelled apart from the raw call
     return [("native", lambda: native(mpi, x, out, root)),
-            *((label(name, prm), lambda name=name, prm=prm: ours(name, prm)) for name, prm in specs)]
+            *((label(name, prm) if name != "native" else "native (library)", lambda name=name, prm=prm: ours(name, prm))
+              for name, prm in specs)]
 
 
 def iterations(mpi, fn, budget: float) -> int:

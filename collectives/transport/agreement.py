@@ -30,6 +30,7 @@ import numpy as np
 from .. import environment
 from ..errors import CallMismatchError, CollectivesError
 from .calls import Signature
+from .shm.arena import DONE, MATCH, NOT_STARTED
 
 MODES = ("metadata", "full", "off")
 FIELDS = ("call", "collective", "count", "dtype", "op", "root", "algorithm", "chosen", "accumulate", "deterministic")
@@ -125,11 +126,20 @@ class HostAgreement:
 
     stage = "agreement"
 
-    def __init__(self, runtime, arena, meta: CallMeta, signature: int) -> None:
-        self.runtime, self.arena, self.meta, self.signature = runtime, arena, meta, signature
+    def __init__(self, runtime, arena, meta: CallMeta | tuple[int, Signature], signature: int) -> None:
+        """`meta`: the call, or (call number, Signature): the CallMeta is then built only for a mismatch report
+        (it costs more than the rest of the agreement of a call of MPI's own collective)."""
+        self.runtime, self.arena, self._meta, self.signature = runtime, arena, meta, signature
+        self.seq = meta.call if isinstance(meta, CallMeta) else meta[0]
         self._pending = [q for q in range(arena.size) if q != arena.rank]
         self._report: MismatchReport | None = None
-        arena.sign(meta.call, signature)
+        arena.sign(self.seq, signature)
+
+    @property
+    def meta(self) -> CallMeta:
+        if not isinstance(self._meta, CallMeta):
+            self._meta = CallMeta.of(*self._meta)
+        return self._meta
 
     @property
     def waiting(self) -> tuple[int, ...]:
@@ -138,8 +148,7 @@ class HostAgreement:
     def test(self) -> bool:
         if self._report is not None:
             return self._report.test()
-        from .shm.arena import MATCH, NOT_STARTED
-        seq, a = self.meta.call, self.arena
+        seq, a = self.seq, self.arena
         still = []
         for q in self._pending:
             state = a.compare(q, seq, self.signature)
@@ -169,7 +178,6 @@ class MismatchReport:
         p = runtime.size
         done = 0
         if arena is not None:
-            from .shm.arena import DONE
             done = arena.counter(arena.rank, DONE)
         send = np.frombuffer(meta.record() + int(done).to_bytes(8, "little", signed=True), dtype=np.uint8)
         self._width = _RECORD + 8

@@ -335,11 +335,11 @@ class Plan:
             if not self.size_check_pending:
                 return None
             self.size_check_pending = False
-            return HostAgreement(self.ctx.runtime, self.ctx.arena, CallMeta.of(seq, self.signature), self.digest)
-        ctx, meta = self.ctx, CallMeta.of(seq, self.signature)
+            return HostAgreement(self.ctx.runtime, self.ctx.arena, (seq, self.signature), self.digest)
+        ctx = self.ctx
         if ctx.arena is not None:
-            return HostAgreement(ctx.runtime, ctx.arena, meta, self.digest)
-        return Agreement(ctx.runtime, meta, self.rank)
+            return HostAgreement(ctx.runtime, ctx.arena, (seq, self.signature), self.digest)
+        return Agreement(ctx.runtime, CallMeta.of(seq, self.signature), self.rank)
 
 
 class Launch:

@@ -280,6 +280,22 @@ def run(args) -> int:
         chk.fail("a later handle completed before an earlier one")
     if not np.array_equal(hs[0].wait(), x * p):
         chk.fail("async allreduce in a mixed batch gave a wrong result")
+    # MPI's own collective issued blocking on even ranks and async on odd ranks, or behind another call in flight
+    # on some ranks only, still matches across ranks and completes everywhere with the right result
+    y = np.arange(5 * p, dtype=np.float32)
+    for case in ("async on odd ranks", "a call in flight on odd ranks"):
+        if comm.rank % 2 and case.startswith("async"):
+            got = comm.allreduce(y, algorithm="native", async_op=True).wait()
+        elif comm.rank % 2:
+            pending = comm.broadcast(y.copy(), root=0, algorithm="chain", async_op=True)
+            got = comm.allreduce(y, algorithm="native")
+            pending.wait()
+        else:
+            if p > 1 and case.startswith("a call"):
+                comm.broadcast(y.copy(), root=0, algorithm="chain")
+            got = comm.allreduce(y, algorithm="native")
+        if not np.array_equal(got, y * p):
+            chk.fail(f"native allreduce, {case}: wrong result")
     chk.check_same_everywhere()
     failures = comm.mpi_comm.allreduce(chk.failures)
     cases = comm.mpi_comm.allreduce(chk.cases, op=MPI.MAX)

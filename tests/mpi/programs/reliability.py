@@ -108,6 +108,13 @@ def mode_mismatch(timeout: float) -> None:
         "algorithm": ("algorithm", lambda: comm.allreduce(x, algorithm="binomial" if odd else "ring")),
         "collective": ("collective", lambda: comm.broadcast(x.copy()) if odd else comm.allreduce(x)),
         "native collective": ("collective", lambda: comm.barrier() if odd else comm.allreduce(x)),
+        # both sides in MPI's own collective: the agreement (with its vote for MPI's blocking call) catches each field
+        "native count": ("count", lambda: comm.allreduce(x[:15] if odd else x, algorithm="native")),
+        "native op": ("op", lambda: comm.allreduce(x, op="max" if odd else "sum", algorithm="native")),
+        "native root": ("root", lambda: comm.broadcast(x.copy(), root=1 if odd else 0, algorithm="native")),
+        "native collectives": ("collective", lambda: comm.allgather(x[:8], algorithm="native") if odd
+                               else comm.allreduce(x, algorithm="native")),
+        "native against a schedule": ("chosen", lambda: comm.allreduce(x, algorithm="native" if odd else "ring")),
         "params": ("chosen", lambda: comm.allreduce(x, algorithm="ring", chunks=2 if odd else 1)),
         "deterministic": ("deterministic", lambda: comm.allreduce(x, deterministic=odd)),
     }

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..schedule.ops import OpKind
 from ..topology import TIERS
-from .flows import Hops, flow_hops, frontier, member_blocks, path_cache, round_flows
+from .flows import Hops, flow_hops, frontier, group_values, member_blocks, path_cache, round_flows
 from .model import CostRules
 from .recurrence import EXACT_UPDATES, advance_history, cycle_rows, iterate, rate_at, reverse_pairs, scatter
 
@@ -57,8 +57,11 @@ class RoundCost:
     red_coef: np.ndarray  # their reduction seconds per chunk-byte (chunks reduced / rate)
     tier_chunks: np.ndarray  # chunk-hops per link tier
     load_coef: float  # max over links of chunks / raw bandwidth (utilization check)
-    rows: np.ndarray = field(default=None)  # (R, 2) distinct (latency, s per chunk-byte) of receivers
-    row_flow: np.ndarray = field(default=None)  # a flow of each row
+    # (R, 2) distinct (latency, s per chunk-byte) of receivers and a flow of each (the `rows` and `row_flow`
+    # properties); None: frontier(lat, recv_coef), computed when first read (a pipeline's whole set of flows
+    # never needs it: its rounds read their stages' rows)
+    _rows: np.ndarray = field(default=None)
+    _row_flow: np.ndarray = field(default=None)
     recv_coef: np.ndarray = field(default=None)  # per flow: coef and the receiver's red_coef (model.reduce_end)
     red_flow: np.ndarray = field(default=None)  # per flow: the receiver's red_coef (0 if it does not reduce)
     overlap: bool = False  # reductions stream with the transfer (rules.overlap_reduce)
@@ -70,6 +73,24 @@ class RoundCost:
     units: np.ndarray = field(default=None)  # per flow: chunks it carries (its credit depends on its bytes)
     _scatter: object = field(default=None, repr=False)
     _rates: np.ndarray = field(default=None, repr=False)
+
+    @property
+    def rows(self) -> np.ndarray:
+        if self._rows is None:
+            self._frontier()
+        return self._rows
+
+    @property
+    def row_flow(self) -> np.ndarray:
+        if self._row_flow is None:
+            self._frontier()
+        return self._row_flow
+
+    def _frontier(self) -> None:
+        if self.src.size:
+            self._rows, self._row_flow = frontier(self.lat, self.recv_coef)
+        else:
+            self._rows, self._row_flow = np.zeros((0, 2)), np.zeros(0, np.int64)
 
     def scatter(self):
         """The round's messages grouped by receiver and sender (recurrence.scatter), computed once."""
@@ -157,10 +178,9 @@ def _round_cost(rules: CostRules, pi: int, h: Hops, repeats: int, collapsed: boo
         base = _round_cost(rules.at_full_rate(), pi, h, repeats, collapsed)
         coef = base.coef / rules.efficiency
         rc_flow = rules.reduce_end(coef, base.red_flow)
-        uniq, idx = frontier(base.lat, rc_flow) if F else (np.zeros((0, 2)), np.zeros(0, np.int64))
         return RoundCost(pi, repeats, collapsed, src, dst, base.lat, coef, base.crit_link, base.crit_factor,
-                         base.red_node, base.red_coef, base.tier_chunks, base.load_coef / rules.efficiency, uniq,
-                         idx, rc_flow, base.red_flow, rules.overlap_reduce, h.net, slots=rules.credit_slots,
+                         base.red_node, base.red_coef, base.tier_chunks, base.load_coef / rules.efficiency, None,
+                         None, rc_flow, base.red_flow, rules.overlap_reduce, h.net, slots=rules.credit_slots,
                          units=h.units)
     memo = h.costs.get(rules.key)
     if memo is not None and memo.repeats == repeats and memo.phase == pi:
@@ -194,13 +214,8 @@ def _round_cost(rules: CostRules, pi: int, h: Hops, repeats: int, collapsed: boo
         hit, add = h.rc_add
         red_flow[hit] = add
     rc_flow = rules.reduce_end(coef, red_flow)
-    lat = h.lat
-    if F:
-        uniq, idx = frontier(lat, rc_flow)
-    else:
-        uniq, idx = np.zeros((0, 2)), np.zeros(0, np.int64)
-    rc = RoundCost(pi, repeats, collapsed, src, dst, lat, coef, crit_link, crit_factor, h.rn, h.rc, h.tier,
-                   h.load_coef, uniq, idx, rc_flow, red_flow, rules.overlap_reduce, h.net, slots=rules.credit_slots,
+    rc = RoundCost(pi, repeats, collapsed, src, dst, h.lat, coef, crit_link, crit_factor, h.rn, h.rc, h.tier,
+                   h.load_coef, None, None, rc_flow, red_flow, rules.overlap_reduce, h.net, slots=rules.credit_slots,
                    units=h.units)
     if rules.efficiency == 1.0:
         h.costs[rules.key] = rc
@@ -263,26 +278,10 @@ def _stage_rounds(rules: CostRules, pi: int, rnd, info: dict, staged) -> list[Ro
     memo = hops.costs.get(memo_key)
     if memo is None:
         full = _round_cost(rules, pi, hops, 1, False)
-        per_stage = []
-        if full.src.size:
-            order = np.argsort(lag, kind="stable")
-            bounds = np.searchsorted(lag[order], np.arange(S + 1))
-            for st in range(S):
-                fl = order[bounds[st]:bounds[st + 1]]
-                if fl.size == 0:
-                    per_stage.append((np.zeros((0, 2)), fl))
-                    continue
-                rows, at = frontier(full.lat[fl], full.recv_coef[fl])
-                per_stage.append((rows, fl[at]))
-        # per stage: does it hold rank-to-rank flows over NVLink, over the network (for NCCL's step latency)
-        kinds = np.zeros((S, 2), bool)
-        if full.src.size:
-            p2p = (full.src < rules.world_size) & (full.dst < rules.world_size)
-            np.logical_or.at(kinds[:, 0], lag[p2p & ~full.net], True)
-            np.logical_or.at(kinds[:, 1], lag[p2p & full.net], True)
-        memo = (full, per_stage, _stage_tiers(hops, lag, S), kinds)
+        groups = _stage_groups(rules, hops, lag, S)
+        memo = (full, *_stage_frontiers(groups, full.recv_coef, S), groups.tiers, groups.kinds)
         hops.costs[memo_key] = memo
-    full, per_stage, tier, kinds = memo
+    full, rows_all, flows_all, bounds, tier, kinds = memo
     if full.src.size == 0:
         return []
     out = []
@@ -291,16 +290,88 @@ def _stage_rounds(rules: CostRules, pi: int, rnd, info: dict, staged) -> list[Ro
         t = first + it
         lo, hi = max(0, t - P + 1), min(t, S - 1)
         # the busy stages' rows side by side (a few per stage: the max over them is the round's cost)
-        rows = np.concatenate([per_stage[x][0] for x in range(lo, hi + 1)]) if hi >= lo else np.zeros((0, 2))
-        flw = np.concatenate([per_stage[x][1] for x in range(lo, hi + 1)]) if hi >= lo else np.zeros(0, np.int64)
+        a, b = (int(bounds[lo]), int(bounds[hi + 1])) if hi >= lo else (0, 0)
         rc = RoundCost(pi, rnd.repeats if rnd.uniform else 1, rnd.uniform, full.src, full.dst, full.lat, full.coef,
                        full.crit_link, full.crit_factor, full.red_node, full.red_coef,
-                       tier[lo:hi + 1].sum(axis=0) if hi >= lo else np.zeros(len(TIERS)), full.load_coef, rows,
-                       flw, full.recv_coef, full.red_flow, full.overlap, full.net,
+                       tier[lo:hi + 1].sum(axis=0) if hi >= lo else np.zeros(len(TIERS)), full.load_coef,
+                       rows_all[a:b], flows_all[a:b], full.recv_coef, full.red_flow, full.overlap, full.net,
                        tuple(kinds[lo:hi + 1].any(axis=0).tolist()) if hi >= lo else (False, False),
                        slots=rules.credit_slots, units=full.units)
         out.append(rc)
     return out
+
+
+@dataclass
+class _StageGroups:
+    """A huge pipeline's flows grouped by (stage, path latency), the groups in that order and each group's
+    flows in increasing index: what `frontier` does per stage, once for all stages and every protocol."""
+
+    order: np.ndarray  # flows sorted by (stage, latency), stable
+    starts: np.ndarray  # first position in `order` of each group
+    sizes: np.ndarray  # flows per group
+    lat: np.ndarray  # each group's latency
+    stage_bounds: np.ndarray  # groups of stage s: [stage_bounds[s], stage_bounds[s + 1])
+    tiers: np.ndarray  # (S, tiers): chunk-hops per link tier of each stage's flows
+    kinds: np.ndarray  # (S, 2): the stage holds rank-to-rank flows over NVLink, over the network
+
+
+def _stable_order(keys: np.ndarray) -> np.ndarray:
+    """np.argsort(keys, kind="stable") of non-negative integer keys; small keys sort as int16 (numpy's radix
+    sort: linear time, the same permutation since the sort is stable)."""
+    if keys.size and int(keys.max()) < np.iinfo(np.int16).max:
+        return np.argsort(keys.astype(np.int16), kind="stable")
+    return np.argsort(keys, kind="stable")
+
+
+def _stage_groups(rules: CostRules, hops: Hops, lag: np.ndarray, S: int) -> _StageGroups:
+    """The protocol-independent grouping of a pipeline's flows (_StageGroups), kept on `hops`."""
+    key = ("stage groups", S)
+    hit = hops.costs.get(key)
+    if hit is not None:
+        return hit
+    kinds = np.zeros((S, 2), bool)
+    F = hops.src.size
+    if F:
+        lats, linv = group_values(hops.lat)
+        order = _stable_order(lag * lats.size + linv)
+        code = (lag * lats.size + linv)[order]
+        starts = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
+        sizes = np.diff(np.r_[starts, F])
+        gcode = code[starts]
+        glat = lats[gcode % lats.size]
+        stage_bounds = np.searchsorted(gcode // lats.size, np.arange(S + 1))
+        p2p = (hops.src < rules.world_size) & (hops.dst < rules.world_size)
+        np.logical_or.at(kinds[:, 0], lag[p2p & ~hops.net], True)
+        np.logical_or.at(kinds[:, 1], lag[p2p & hops.net], True)
+    else:
+        order = starts = sizes = np.zeros(0, np.int64)
+        glat = np.zeros(0)
+        stage_bounds = np.zeros(S + 1, np.int64)
+    groups = _StageGroups(order, starts, sizes, glat, stage_bounds, _stage_tiers(hops, lag, S), kinds)
+    hops.costs[key] = groups
+    return groups
+
+
+def _stage_frontiers(groups: _StageGroups, per_byte: np.ndarray, S: int) -> tuple[np.ndarray, ...]:
+    """frontier(lat, per_byte) of each stage's flows, stage after stage: (rows, the flow of each row, and the
+    bounds of each stage's rows: stage s has rows [bounds[s], bounds[s + 1]))."""
+    if not groups.order.size:
+        return np.zeros((0, 2)), np.zeros(0, np.int64), np.zeros(S + 1, np.int64)
+    vals = per_byte[groups.order]
+    top = np.maximum.reduceat(vals, groups.starts)
+    # the first flow of each group attaining its maximum (frontier's choice: the lowest flow index)
+    hit = np.flatnonzero(vals == np.repeat(top, groups.sizes))
+    gid = np.searchsorted(groups.starts, hit, side="right") - 1
+    flow = groups.order[hit[np.r_[True, gid[1:] != gid[:-1]]]]
+    # per stage (its groups by increasing latency): drop the groups a later one dominates
+    keep = np.ones(top.size, bool)
+    for st in range(S):
+        lo, hi = int(groups.stage_bounds[st]), int(groups.stage_bounds[st + 1])
+        if hi - lo > 1:
+            t = top[lo:hi]
+            keep[lo:hi - 1] = t[:-1] > np.maximum.accumulate(t[::-1])[::-1][1:]
+    bounds = np.r_[0, np.cumsum(keep)][groups.stage_bounds]
+    return np.stack([groups.lat[keep], top[keep]], axis=1), flow[keep], bounds
 
 
 def _stage_tiers(hops: Hops, lag: np.ndarray, S: int) -> np.ndarray:
@@ -419,7 +490,8 @@ def evaluate(st: Structure, cb: np.ndarray, dataflow: bool) -> Timing:
         hist = [np.zeros(st.num_nodes)] * slots
         phase_end = [0.0] * nphase
     total = 0.0
-    for rc in st.rounds:
+    slowest = None if dataflow else _bulk_slowest(st, cb)
+    for ri, rc in enumerate(st.rounds):
         c = cb[rc.phase]
         tier += rc.tier_chunks * c * rc.repeats
         if rc.src.size == 0:
@@ -430,6 +502,8 @@ def evaluate(st: Structure, cb: np.ndarray, dataflow: bool) -> Timing:
             dur_flow = rc.lat + rc.recv_coef * c
             f = int(np.argmax(dur_flow))
             lam = float(dur_flow[f])
+        elif slowest is not None:
+            f, lam = slowest[0][ri], slowest[1][ri]
         else:  # the few distinct rows stand for all flows
             dur_row = rc.rows[:, 0] + rc.rows[:, 1] * c
             i = int(np.argmax(dur_row))
@@ -454,6 +528,44 @@ def evaluate(st: Structure, cb: np.ndarray, dataflow: bool) -> Timing:
             prev = end
     bottleneck = max(weights, key=weights.get) if weights else ("latency",)
     return Timing(total, phase_time, tier, bottleneck, min(util, 1.0))
+
+
+def _bulk_slowest(st: Structure, cb: np.ndarray) -> tuple[list, list] | None:
+    """Per round of the bulk model: the flow of its slowest row at chunk bytes cb[phase] and that row's
+    duration (what evaluate's per-round argmax over rc.rows gives, the same floats), for all rounds at once;
+    None when a round with messages has no rows (evaluate then takes them one by one)."""
+    layout = st.memo.get("bulk rows")
+    if layout is None:
+        busy = [i for i, rc in enumerate(st.rounds) if rc.src.size]
+        sizes = np.array([st.rounds[i].rows.shape[0] for i in busy], np.int64)
+        if busy and not sizes.all():
+            layout = ()
+        elif busy:
+            rows = np.concatenate([st.rounds[i].rows for i in busy])
+            flows = np.concatenate([st.rounds[i].row_flow for i in busy]).astype(np.int64, copy=False)
+            phase = np.repeat(np.array([st.rounds[i].phase for i in busy], np.int64), sizes)
+            starts = np.r_[0, np.cumsum(sizes)[:-1]]
+            layout = (busy, rows, flows, phase, starts, sizes)
+        else:
+            layout = ([], None, None, None, None, None)
+        st.memo["bulk rows"] = layout
+    if not layout:
+        return None
+    busy, rows, flows, phase, starts, sizes = layout
+    f_of, lam_of = [None] * len(st.rounds), [None] * len(st.rounds)
+    if not busy:
+        return f_of, lam_of
+    dur = rows[:, 0] + rows[:, 1] * np.asarray(cb, np.float64)[phase]
+    top = np.maximum.reduceat(dur, starts)
+    # np.argmax's choice: the first row of each round attaining its maximum
+    hit = np.flatnonzero(dur == np.repeat(top, sizes))
+    seg = np.searchsorted(starts, hit, side="right") - 1
+    first = hit[np.r_[True, seg[1:] != seg[:-1]]] if hit.size else hit
+    if first.size != len(busy):  # a round whose durations are not numbers (nan): argmax's own rule applies
+        return None
+    for i, f, lam in zip(busy, flows[first].tolist(), dur[first].tolist(), strict=True):
+        f_of[i], lam_of[i] = f, lam
+    return f_of, lam_of
 
 
 def _advance_round(rc: RoundCost, c: float, lam: float, hist: list[np.ndarray], credit) -> list[np.ndarray]:

@@ -242,11 +242,27 @@ def flow_hops(rules: CostRules, flows: tuple, cache: PathCache | None = None) ->
                  fabric, net, hop_tier=hop_tier, units=u)
 
 
+FEW_VALUES = 64  # group_values: at most this many distinct values are located by binary search
+
+
+def group_values(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(x, return_inverse=True) for a float array of few distinct values (a round's path latencies):
+    the distinct values by hashing, each element's by binary search among them, without sorting all of x
+    (the same arrays as np.unique's; many distinct values take np.unique itself)."""
+    if x.size < 4096:
+        return np.unique(x, return_inverse=True)
+    values = np.unique(x, sorted=False)
+    if values.size > FEW_VALUES:
+        return np.unique(x, return_inverse=True)
+    values = np.sort(values)
+    return values, np.searchsorted(values, x)
+
+
 def frontier(lat: np.ndarray, per_byte: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Distinct (latency, seconds per byte) rows of the flows, minus those another row dominates in both, and a
     flow of each: max over flows of lat + per_byte x c is the max over these rows, for every c >= 0. Latencies
     are few (sums of a few hop latencies), so the flows are grouped by latency first."""
-    lats, inv = np.unique(lat, return_inverse=True)
+    lats, inv = group_values(lat)
     top = np.full(lats.size, -np.inf)
     np.maximum.at(top, inv, per_byte)
     # a flow attaining each group's maximum

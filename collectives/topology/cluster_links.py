@@ -172,12 +172,12 @@ class ClusterLinks:
         count = np.zeros(F, np.int64)
         count[other] = 1
         count[intra] = 2
-        cols = None
+        route = None
         if inter.size:
             if self.tree is None:
                 raise ValueError(f"{self.name} has no fabric between domains")
-            cols = self._fabric_cols(s[inter], d[inter])
-            count[inter] = (cols >= 0).sum(axis=1)
+            route = self._fabric_route(s[inter], d[inter])
+            count[inter] = route[0] + 2 * route[3]  # the PXN hops, then up and down a levels
         offs = np.cumsum(count) - count
         hl = np.empty(int(count.sum()), np.int64)
         if other.size:
@@ -185,10 +185,19 @@ class ClusterLinks:
         if intra.size:
             hl[offs[intra]] = s[intra]
             hl[offs[intra] + 1] = N + d[intra]
-        if cols is not None:
-            r, c = np.nonzero(cols >= 0)
-            row_first = np.cumsum(count[inter]) - count[inter]
-            hl[offs[inter][r] + (np.arange(r.size) - row_first[r])] = cols[r, c]
+        if route is not None:  # the rows of _fabric_cols, written in place
+            first, ts, td, a, up, down = route
+            base = offs[inter]
+            pxn = np.flatnonzero(first)
+            if pxn.size:
+                src = s[inter][pxn]
+                hl[base[pxn]] = src
+                hl[base[pxn] + 1] = N + src - src % self.G % self.R + d[inter][pxn] % self.G % self.R
+            base = base + first
+            for lv in range(1, self.levels + 1):
+                on = np.flatnonzero(up[:, lv - 1] >= 0)
+                hl[base[on] + lv - 1] = self._cable_link(lv, ts[on], up[on, lv - 1], False)
+                hl[base[on] + 2 * a[on] - lv] = self._cable_link(lv, td[on], down[on, lv - 1], True)
         return np.repeat(np.arange(F, dtype=np.int64), count), hl
 
     def link_attributes(self, links: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -199,24 +208,31 @@ class ClusterLinks:
     def _fabric_paths(self, s: np.ndarray, d: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
         out[rows] = self._fabric_cols(s, d)
 
-    def _fabric_cols(self, s: np.ndarray, d: np.ndarray) -> np.ndarray:
-        """Fabric paths of rank flows s -> d in different domains: (flows, max_hops) links, -1 padded."""
+    def _fabric_route(self, s: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The fabric routes of rank flows s -> d in different domains: (hops before the NIC: 2 where a PXN
+        NVLink hop to the destination's rail comes first, else 0; source and destination fabric trees; the
+        fat-tree route's NCA level, up cables and down cables as FatTree.route gives them)."""
         assert self.tree is not None
-        N, L = self.world_size, self.levels
-        cols = np.full((s.size, self.max_hops), -1, dtype=np.int64)
         first = np.zeros(s.size, dtype=np.int64)
         if self.per_rail:
             rs, rd = s % self.G % self.R, d % self.G % self.R
             pxn = rs != rd
-            proxy = np.where(pxn, s - rs + rd, s)
-            cols[pxn, 0] = s[pxn]
-            cols[pxn, 1] = N + proxy[pxn]
-            s = proxy
+            s = np.where(pxn, s - rs + rd, s)  # the proxy on the destination's rail
             first = 2 * pxn
         ts, hs = self._fabric_host(s)
         td, hd = self._fabric_host(d)
         assert np.array_equal(ts, td), "a flow between fabric trees needs a PXN hop"
-        a, up, down = self.tree.route(hs, hd)
+        return (first, ts, td, *self.tree.route(hs, hd))
+
+    def _fabric_cols(self, s: np.ndarray, d: np.ndarray) -> np.ndarray:
+        """Fabric paths of rank flows s -> d in different domains: (flows, max_hops) links, -1 padded."""
+        N, L = self.world_size, self.levels
+        cols = np.full((s.size, self.max_hops), -1, dtype=np.int64)
+        first, ts, td, a, up, down = self._fabric_route(s, d)
+        pxn = first > 0
+        if pxn.any():
+            cols[pxn, 0] = s[pxn]
+            cols[pxn, 1] = N + s[pxn] - s[pxn] % self.G % self.R + d[pxn] % self.G % self.R
         # in order: up cables of levels 1..a, then down cables of levels a..1 (no gaps)
         for lv in range(1, L + 1):
             on = np.flatnonzero(up[:, lv - 1] >= 0)

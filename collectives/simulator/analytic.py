@@ -112,15 +112,16 @@ class RoundCost:
                 n = int(max(self.src.max(), self.dst.max())) + 1 if self.src.size else 1
                 flow_rows = self.rows if self.row_flow is not None and self.rows.shape[0] and \
                     self.step_kinds is None else None
-                pkey = (id(self.src), id(self.dst))
+                pkey = (id(self.src), id(self.dst), id(self.lat), n)
                 pairs = _PAIRS.get(pkey)
-                if pairs is None or pairs[0] is not self.src or pairs[1] is not self.dst:
-                    pairs = (self.src, self.dst, reverse_pairs(self.src, self.dst, n))
+                if pairs is None or pairs[0] is not self.src or pairs[1] is not self.dst or \
+                        pairs[2] is not self.lat:
+                    pairs = (self.src, self.dst, self.lat, reverse_pairs(self.src, self.dst, n), {})
                     if len(_PAIRS) >= 64:
                         _PAIRS.pop(next(iter(_PAIRS)))
                     _PAIRS[pkey] = pairs
                 self._rates = cycle_rows(self.src, self.dst, self.lat, self.recv_coef, own, n, self.slots,
-                                         flow_rows, pairs[2])
+                                         flow_rows, pairs[3], shared=pairs[4])
                 if len(_RATES) >= 64:
                     _RATES.pop(next(iter(_RATES)))
                 _RATES[key] = (self.src, self.lat, self.recv_coef, self._rates)
@@ -145,7 +146,8 @@ class Structure:
 
 _CACHE: dict[tuple, tuple[object, Structure]] = {}
 _RATES: dict[tuple, tuple] = {}  # RoundCost.rate_rows by the flows' arrays (checked by identity)
-_PAIRS: dict[tuple, tuple] = {}  # recurrence.reverse_pairs by the flows' (src, dst) arrays, for every protocol
+# recurrence.reverse_pairs and cycle_rows' part that no protocol changes, by the flows' arrays
+_PAIRS: dict[tuple, tuple] = {}
 _CACHE_MAX = 64
 _FLOWS: dict[tuple, tuple[object, list]] = {}
 
@@ -318,7 +320,7 @@ class _StageGroups:
 def _stable_order(keys: np.ndarray) -> np.ndarray:
     """np.argsort(keys, kind="stable") of non-negative integer keys; small keys sort as int16 (numpy's radix
     sort: linear time, the same permutation since the sort is stable)."""
-    if keys.size and int(keys.max()) < np.iinfo(np.int16).max:
+    if keys.size and int(keys.min()) >= 0 and int(keys.max()) < np.iinfo(np.int16).max:
         return np.argsort(keys.astype(np.int16), kind="stable")
     return np.argsort(keys, kind="stable")
 

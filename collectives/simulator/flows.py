@@ -219,18 +219,23 @@ def flow_hops(rules: CostRules, flows: tuple, cache: PathCache | None = None) ->
         load_coef = 0.0
         tier = np.zeros(len(TIERS))
     if rn.size:
-        order = np.argsort(rn, kind="stable")
-        rn, ru = rn[order], ru[order]
-        first_r = np.flatnonzero(np.r_[True, rn[1:] != rn[:-1]])
-        rn, ru = rn[first_r], np.add.reduceat(ru, first_r)
+        # the chunks each node reduces, summed in the flows' order (bincount adds each bin's weights in input
+        # order, as a stable sort by node and add.reduceat would), its nodes in increasing order
+        n = int(rn.max()) + 1
+        rn_all = rn
+        ru = np.bincount(rn_all, weights=ru, minlength=n)
+        rn = np.flatnonzero(np.bincount(rn_all, minlength=n))
+        ru = ru[rn]
         rc = ru / rules.reduce_rate(rn)
     else:
         rc = np.zeros(0)
     rc_add = None
     if F and rn.size:
         # receivers' reduction per flow (the flows into a node share its one fused reduction)
-        pos = np.minimum(np.searchsorted(rn, dst), rn.size - 1)
-        hit = rn[pos] == dst
+        slot = np.full(max(int(rn[-1]), int(dst.max())) + 1, -1, np.int64)
+        slot[rn] = np.arange(rn.size)
+        pos = slot[dst]
+        hit = pos >= 0
         rc_add = (hit, rc[pos[hit]])
     top = max(int(src.max()), int(dst.max())) if F else -1
     switch = bool(hl.size) and top >= rules.world_size

@@ -112,16 +112,9 @@ class RoundCost:
                 n = int(max(self.src.max(), self.dst.max())) + 1 if self.src.size else 1
                 flow_rows = self.rows if self.row_flow is not None and self.rows.shape[0] and \
                     self.step_kinds is None else None
-                pkey = (id(self.src), id(self.dst), id(self.lat), n)
-                pairs = _PAIRS.get(pkey)
-                if pairs is None or pairs[0] is not self.src or pairs[1] is not self.dst or \
-                        pairs[2] is not self.lat:
-                    pairs = (self.src, self.dst, self.lat, reverse_pairs(self.src, self.dst, n), {})
-                    if len(_PAIRS) >= 64:
-                        _PAIRS.pop(next(iter(_PAIRS)))
-                    _PAIRS[pkey] = pairs
+                pairs, shared = round_pairs(self.src, self.dst, n, self.lat)
                 self._rates = cycle_rows(self.src, self.dst, self.lat, self.recv_coef, own, n, self.slots,
-                                         flow_rows, pairs[3], shared=pairs[4])
+                                         flow_rows, pairs, shared=shared)
                 if len(_RATES) >= 64:
                     _RATES.pop(next(iter(_RATES)))
                 _RATES[key] = (self.src, self.lat, self.recv_coef, self._rates)
@@ -146,8 +139,29 @@ class Structure:
 
 _CACHE: dict[tuple, tuple[object, Structure]] = {}
 _RATES: dict[tuple, tuple] = {}  # RoundCost.rate_rows by the flows' arrays (checked by identity)
-# recurrence.reverse_pairs and cycle_rows' part that no protocol changes, by the flows' arrays
+# recurrence.reverse_pairs by the flows' (src, dst) arrays, and cycle_rows' part that no protocol changes by
+# their (src, dst, lat) arrays (checked by identity)
 _PAIRS: dict[tuple, tuple] = {}
+
+
+def round_pairs(src: np.ndarray, dst: np.ndarray, num_nodes: int, lat: np.ndarray | None = None
+                ) -> tuple[tuple, dict]:
+    """reverse_pairs(src, dst, num_nodes), computed once for a round's flows whatever the protocol and whoever
+    asks (the cycle rate, the step latency's depth), and a dict for cycle_rows' `shared` (kept with `lat`)."""
+    key = (id(src), id(dst), num_nodes)
+    hit = _PAIRS.get(key)
+    if hit is None or hit[0] is not src or hit[1] is not dst:
+        hit = (src, dst, reverse_pairs(src, dst, num_nodes), {})
+        if len(_PAIRS) >= 64:
+            _PAIRS.pop(next(iter(_PAIRS)))
+        _PAIRS[key] = hit
+    shared = hit[3]
+    if lat is None:
+        return hit[2], {}
+    if shared.get("lat") is not lat:  # cycle_rows' shared part belongs to one latency array
+        shared.clear()
+        shared["lat"] = lat
+    return hit[2], shared
 _CACHE_MAX = 64
 _FLOWS: dict[tuple, tuple[object, list]] = {}
 

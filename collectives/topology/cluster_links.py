@@ -63,26 +63,34 @@ class ClusterLinks:
         s, d = s.ravel(), d.ravel()
         out = np.full(s.shape, -1, dtype=np.int64)
         N = self.world_size
+        todo = None  # the flows the upward pass left (a pair is adjacent one way at most)
         for a, b, down in ((s, d, False), (d, s, True)):  # a: the lower end, b: the upper end
+            if down:
+                todo = np.flatnonzero(out < 0)
+                a, b = a[todo], b[todo]
+            found = np.full(a.shape, -1, dtype=np.int64)
             lower_rank = (a >= 0) & (a < N)
             # rank <-> its domain switch
             m = lower_rank & (b == self.nvswitch_base + np.where(lower_rank, a, 0) // self.G)
-            out[m] = (a[m] + (N if down else 0))
-            if self.tree is None:
-                continue
-            # rank <-> its leaf
-            m = lower_rank & (b >= self.fabric_base) & (out < 0)
-            if m.any():
-                t, h = self._fabric_host(a[m])
-                leaf = self.fabric_base + self.node_offset[1] + t * self.tree.n[1] + h // self.tree.M[1]
-                ok = leaf == b[m]
-                idx = np.flatnonzero(m)[ok]
-                out[idx] = self._cable_link(1, t[ok], h[ok], down)
-            # switch <-> parent switch
-            m = (a >= self.fabric_base) & (b >= self.fabric_base) & (out < 0)
-            if m.any():
-                f = np.flatnonzero(m)
-                out[f] = self._switch_uplinks(a[f], b[f], down)
+            found[m] = (a[m] + (N if down else 0))
+            if self.tree is not None:
+                # rank <-> its leaf
+                m = lower_rank & (b >= self.fabric_base) & (found < 0)
+                if m.any():
+                    t, h = self._fabric_host(a[m])
+                    leaf = self.fabric_base + self.node_offset[1] + t * self.tree.n[1] + h // self.tree.M[1]
+                    ok = leaf == b[m]
+                    idx = np.flatnonzero(m)[ok]
+                    found[idx] = self._cable_link(1, t[ok], h[ok], down)
+                # switch <-> parent switch
+                m = (a >= self.fabric_base) & (b >= self.fabric_base) & (found < 0)
+                if m.any():
+                    f = np.flatnonzero(m)
+                    found[f] = self._switch_uplinks(a[f], b[f], down)
+            if down:
+                out[todo] = found
+            else:
+                out = found
         bad = np.flatnonzero(out < 0)
         if bad.size:
             f = int(bad[0])

@@ -51,8 +51,8 @@ class RoundCost:
     dst: np.ndarray
     lat: np.ndarray  # path latency (s)
     coef: np.ndarray  # s per chunk-byte: max over hops of (chunks on link / effective bandwidth)
-    crit_link: np.ndarray  # the hop that sets coef (-1: empty path)
-    crit_factor: np.ndarray  # in-network factor on that hop (< 1: switch aggregation rate)
+    crit_link: object  # crit_link[f]: the link that sets coef[f] (-1: empty path); a CriticalHops view
+    crit_factor: object  # crit_factor[f]: the in-network factor on that hop (< 1: switch aggregation rate)
     red_node: np.ndarray  # nodes that reduce in this round
     red_coef: np.ndarray  # their reduction seconds per chunk-byte (chunks reduced / rate)
     tier_chunks: np.ndarray  # chunk-hops per link tier
@@ -185,6 +185,42 @@ def _freeze(value):
         return repr(value)
 
 
+class CriticalHops:
+    """Per flow, the first of its hops whose seconds per chunk attain the flow's (the link that sets its rate),
+    found when asked: a round's bottleneck names a few of its millions of flows. `link[f]` and `factor[f]` read
+    like arrays."""
+
+    def __init__(self, fidx: np.ndarray, hl: np.ndarray, per_hop: np.ndarray, coef: np.ndarray,
+                 factor: np.ndarray | None) -> None:
+        self.fidx, self.hl, self.per_hop, self.coef, self.factors = fidx, hl, per_hop, coef, factor
+        self._hop: dict[int, int] = {}
+        self.link = _Indexed(self, lambda f: -1 if (i := self.hop(f)) < 0 else int(self.hl[i]))
+        self.factor = _Indexed(self, lambda f: 1.0 if (i := self.hop(f)) < 0 or self.factors is None
+                               else float(self.factors[i]))
+
+    def hop(self, f) -> int:
+        """Index into the hop arrays of flow f's critical hop (-1: no hops, or no hop attains its maximum)."""
+        f = int(f)
+        hit = self._hop.get(f)
+        if hit is None:
+            # the flow's hops are contiguous (flow-major)
+            lo, hi = (int(x) for x in np.searchsorted(self.fidx, [f, f + 1]))
+            at = np.flatnonzero(self.per_hop[lo:hi] == self.coef[f]) if hi > lo else ()
+            hit = lo + int(at[0]) if len(at) else -1
+            self._hop[f] = hit
+        return hit
+
+
+class _Indexed:
+    """An array-like view: view[f] = get(f); `owner` is the CriticalHops it reads."""
+
+    def __init__(self, owner: CriticalHops, get) -> None:
+        self.owner, self._get = owner, get
+
+    def __getitem__(self, f):
+        return self._get(f)
+
+
 def _round_cost(rules: CostRules, pi: int, h: Hops, repeats: int, collapsed: bool) -> RoundCost:
     src, dst, fidx, hl = h.src, h.dst, h.fidx, h.hl
     F = src.size
@@ -211,20 +247,15 @@ def _round_cost(rules: CostRules, pi: int, h: Hops, repeats: int, collapsed: boo
     if factor is not None:
         bw = h.raw_bw * factor
     coef = np.zeros(F)
-    crit_link = np.full(F, -1, np.int64)
-    crit_factor = np.ones(F)
+    per_hop = np.zeros(0)
     if hl.size:
         per_hop = h.hop_load / bw
         starts = h.starts
         rows = fidx[starts]
         best = np.maximum.reduceat(per_hop, starts)
         coef[rows] = best
-        # the first hop of each flow that attains its maximum
-        at = np.flatnonzero(per_hop == coef[fidx])
-        first = at[np.r_[True, fidx[at][1:] != fidx[at][:-1]]]
-        crit_link[fidx[first]] = hl[first]
-        if factor is not None:
-            crit_factor[fidx[first]] = factor[first]
+    crit = CriticalHops(fidx, hl, per_hop, coef, factor)
+    crit_link, crit_factor = crit.link, crit.factor
     red_flow = np.zeros(F)
     if h.rc_add is not None:
         hit, add = h.rc_add

@@ -93,3 +93,26 @@ def test_reductions_per_node_sum_in_flow_order():
     hit, add = h.rc_add
     assert hit.tolist() == [True, True, True, True, False]  # flows into 5, 3, 5, 7 reduce; into 6 not
     assert add.tolist() == [h.rc[1], h.rc[0], h.rc[1], h.rc[2]]
+
+
+@pytest.mark.parametrize("name", ["hierarchical", "double_binary_tree"])
+def test_critical_hops_are_each_flows_first_slowest_hop(bulk, name):
+    """The link that sets a flow's rate, found when asked, is the one a pass over all hops gives: the first hop
+    of the flow attaining its largest seconds per chunk (-1 and factor 1 for a flow without hops)."""
+    topo = bulk
+    simulate(name, topo, 1 << 20, mode="analytic")
+    staged = [v[1][0] for v in analytic._STAGES.values() if v[0] is topo]
+    assert staged
+    for hops in staged:
+        fidx, hl, F = hops.fidx, hops.hl, hops.src.size
+        for protocol in ("Simple", "LL"):
+            rc = analytic._round_cost(CostRules(topo, "float32", 1 << 20, protocol), 0, hops, 1, False)
+            crit = rc.crit_link.owner
+            at = np.flatnonzero(crit.per_hop == crit.coef[fidx])
+            first = at[np.r_[True, fidx[at][1:] != fidx[at][:-1]]]
+            want_link, want_factor = np.full(F, -1, np.int64), np.ones(F)
+            want_link[fidx[first]] = hl[first]
+            if crit.factors is not None:
+                want_factor[fidx[first]] = crit.factors[first]
+            assert [rc.crit_link[f] for f in range(F)] == want_link.tolist(), (name, protocol)
+            assert [rc.crit_factor[f] for f in range(F)] == want_factor.tolist(), (name, protocol)

@@ -33,9 +33,10 @@ import numpy as np
 
 from ..schedule.ops import OpKind
 from ..topology import TIERS
-from .flows import Hops, flow_hops, frontier, group_values, member_blocks, path_cache, round_flows
+from .flows import CriticalHops, Hops, flow_hops, frontier, member_blocks, path_cache, round_flows
 from .model import CostRules
 from .recurrence import EXACT_UPDATES, advance_history, cycle_rows, iterate, rate_at, reverse_pairs, scatter
+from .stages import stage_frontiers, stage_groups
 
 DATAFLOW_MAX_NODES = 65_536
 
@@ -185,42 +186,6 @@ def _freeze(value):
         return repr(value)
 
 
-class CriticalHops:
-    """Per flow, the first of its hops whose seconds per chunk attain the flow's (the link that sets its rate),
-    found when asked: a round's bottleneck names a few of its millions of flows. `link[f]` and `factor[f]` read
-    like arrays."""
-
-    def __init__(self, fidx: np.ndarray, hl: np.ndarray, per_hop: np.ndarray, coef: np.ndarray,
-                 factor: np.ndarray | None) -> None:
-        self.fidx, self.hl, self.per_hop, self.coef, self.factors = fidx, hl, per_hop, coef, factor
-        self._hop: dict[int, int] = {}
-        self.link = _Indexed(self, lambda f: -1 if (i := self.hop(f)) < 0 else int(self.hl[i]))
-        self.factor = _Indexed(self, lambda f: 1.0 if (i := self.hop(f)) < 0 or self.factors is None
-                               else float(self.factors[i]))
-
-    def hop(self, f) -> int:
-        """Index into the hop arrays of flow f's critical hop (-1: no hops, or no hop attains its maximum)."""
-        f = int(f)
-        hit = self._hop.get(f)
-        if hit is None:
-            # the flow's hops are contiguous (flow-major)
-            lo, hi = (int(x) for x in np.searchsorted(self.fidx, [f, f + 1]))
-            at = np.flatnonzero(self.per_hop[lo:hi] == self.coef[f]) if hi > lo else ()
-            hit = lo + int(at[0]) if len(at) else -1
-            self._hop[f] = hit
-        return hit
-
-
-class _Indexed:
-    """An array-like view: view[f] = get(f); `owner` is the CriticalHops it reads."""
-
-    def __init__(self, owner: CriticalHops, get) -> None:
-        self.owner, self._get = owner, get
-
-    def __getitem__(self, f):
-        return self._get(f)
-
-
 def _round_cost(rules: CostRules, pi: int, h: Hops, repeats: int, collapsed: bool) -> RoundCost:
     src, dst, fidx, hl = h.src, h.dst, h.fidx, h.hl
     F = src.size
@@ -325,8 +290,8 @@ def _stage_rounds(rules: CostRules, pi: int, rnd, info: dict, staged) -> list[Ro
     memo = hops.costs.get(memo_key)
     if memo is None:
         full = _round_cost(rules, pi, hops, 1, False)
-        groups = _stage_groups(rules, hops, lag, S)
-        memo = (full, *_stage_frontiers(groups, full.recv_coef, S), groups.tiers, groups.kinds)
+        groups = stage_groups(rules, hops, lag, S)
+        memo = (full, *stage_frontiers(groups, full.recv_coef, S), groups.tiers, groups.kinds)
         hops.costs[memo_key] = memo
     full, rows_all, flows_all, bounds, tier, kinds = memo
     if full.src.size == 0:
@@ -346,89 +311,6 @@ def _stage_rounds(rules: CostRules, pi: int, rnd, info: dict, staged) -> list[Ro
                        slots=rules.credit_slots, units=full.units)
         out.append(rc)
     return out
-
-
-@dataclass
-class _StageGroups:
-    """A huge pipeline's flows grouped by (stage, path latency), the groups in that order and each group's
-    flows in increasing index: what `frontier` does per stage, once for all stages and every protocol."""
-
-    order: np.ndarray  # flows sorted by (stage, latency), stable
-    starts: np.ndarray  # first position in `order` of each group
-    sizes: np.ndarray  # flows per group
-    lat: np.ndarray  # each group's latency
-    stage_bounds: np.ndarray  # groups of stage s: [stage_bounds[s], stage_bounds[s + 1])
-    tiers: np.ndarray  # (S, tiers): chunk-hops per link tier of each stage's flows
-    kinds: np.ndarray  # (S, 2): the stage holds rank-to-rank flows over NVLink, over the network
-
-
-def _stable_order(keys: np.ndarray) -> np.ndarray:
-    """np.argsort(keys, kind="stable") of non-negative integer keys; small keys sort as int16 (numpy's radix
-    sort: linear time, the same permutation since the sort is stable)."""
-    if keys.size and int(keys.min()) >= 0 and int(keys.max()) < np.iinfo(np.int16).max:
-        return np.argsort(keys.astype(np.int16), kind="stable")
-    return np.argsort(keys, kind="stable")
-
-
-def _stage_groups(rules: CostRules, hops: Hops, lag: np.ndarray, S: int) -> _StageGroups:
-    """The protocol-independent grouping of a pipeline's flows (_StageGroups), kept on `hops`."""
-    key = ("stage groups", S)
-    hit = hops.costs.get(key)
-    if hit is not None:
-        return hit
-    kinds = np.zeros((S, 2), bool)
-    F = hops.src.size
-    if F:
-        lats, linv = group_values(hops.lat)
-        order = _stable_order(lag * lats.size + linv)
-        code = (lag * lats.size + linv)[order]
-        starts = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
-        sizes = np.diff(np.r_[starts, F])
-        gcode = code[starts]
-        glat = lats[gcode % lats.size]
-        stage_bounds = np.searchsorted(gcode // lats.size, np.arange(S + 1))
-        p2p = (hops.src < rules.world_size) & (hops.dst < rules.world_size)
-        np.logical_or.at(kinds[:, 0], lag[p2p & ~hops.net], True)
-        np.logical_or.at(kinds[:, 1], lag[p2p & hops.net], True)
-    else:
-        order = starts = sizes = np.zeros(0, np.int64)
-        glat = np.zeros(0)
-        stage_bounds = np.zeros(S + 1, np.int64)
-    groups = _StageGroups(order, starts, sizes, glat, stage_bounds, _stage_tiers(hops, lag, S), kinds)
-    hops.costs[key] = groups
-    return groups
-
-
-def _stage_frontiers(groups: _StageGroups, per_byte: np.ndarray, S: int) -> tuple[np.ndarray, ...]:
-    """frontier(lat, per_byte) of each stage's flows, stage after stage: (rows, the flow of each row, and the
-    bounds of each stage's rows: stage s has rows [bounds[s], bounds[s + 1]))."""
-    if not groups.order.size:
-        return np.zeros((0, 2)), np.zeros(0, np.int64), np.zeros(S + 1, np.int64)
-    vals = per_byte[groups.order]
-    top = np.maximum.reduceat(vals, groups.starts)
-    # the first flow of each group attaining its maximum (frontier's choice: the lowest flow index)
-    hit = np.flatnonzero(vals == np.repeat(top, groups.sizes))
-    gid = np.searchsorted(groups.starts, hit, side="right") - 1
-    flow = groups.order[hit[np.r_[True, gid[1:] != gid[:-1]]]]
-    # per stage (its groups by increasing latency): drop the groups a later one dominates
-    keep = np.ones(top.size, bool)
-    for st in range(S):
-        lo, hi = int(groups.stage_bounds[st]), int(groups.stage_bounds[st + 1])
-        if hi - lo > 1:
-            t = top[lo:hi]
-            keep[lo:hi - 1] = t[:-1] > np.maximum.accumulate(t[::-1])[::-1][1:]
-    bounds = np.r_[0, np.cumsum(keep)][groups.stage_bounds]
-    return np.stack([groups.lat[keep], top[keep]], axis=1), flow[keep], bounds
-
-
-def _stage_tiers(hops: Hops, lag: np.ndarray, S: int) -> np.ndarray:
-    """(S, tiers): chunk-hops per link tier of each stage's flows."""
-    if not hops.hl.size:
-        return np.zeros((S, len(TIERS)))
-    tiers = hops.hop_tier
-    units = hops.units[hops.fidx]
-    cell = lag[hops.fidx] * len(TIERS) + tiers
-    return np.bincount(cell, weights=units, minlength=S * len(TIERS))[:S * len(TIERS)].reshape(S, len(TIERS))
 
 
 def _has_fabric_switches(schedule, rules: CostRules) -> bool:

@@ -263,6 +263,42 @@ def group_values(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return values, np.searchsorted(values, x)
 
 
+class CriticalHops:
+    """Per flow, the first of its hops whose seconds per chunk attain the flow's (the link that sets its rate),
+    found when asked: a round's bottleneck names a few of its millions of flows. `link[f]` and `factor[f]` read
+    like arrays."""
+
+    def __init__(self, fidx: np.ndarray, hl: np.ndarray, per_hop: np.ndarray, coef: np.ndarray,
+                 factor: np.ndarray | None) -> None:
+        self.fidx, self.hl, self.per_hop, self.coef, self.factors = fidx, hl, per_hop, coef, factor
+        self._hop: dict[int, int] = {}
+        self.link = _Indexed(self, lambda f: -1 if (i := self.hop(f)) < 0 else int(self.hl[i]))
+        self.factor = _Indexed(self, lambda f: 1.0 if (i := self.hop(f)) < 0 or self.factors is None
+                               else float(self.factors[i]))
+
+    def hop(self, f) -> int:
+        """Index into the hop arrays of flow f's critical hop (-1: no hops, or no hop attains its maximum)."""
+        f = int(f)
+        hit = self._hop.get(f)
+        if hit is None:
+            # the flow's hops are contiguous (flow-major)
+            lo, hi = (int(x) for x in np.searchsorted(self.fidx, [f, f + 1]))
+            at = np.flatnonzero(self.per_hop[lo:hi] == self.coef[f]) if hi > lo else ()
+            hit = lo + int(at[0]) if len(at) else -1
+            self._hop[f] = hit
+        return hit
+
+
+class _Indexed:
+    """An array-like view: view[f] = get(f); `owner` is the CriticalHops it reads."""
+
+    def __init__(self, owner: CriticalHops, get) -> None:
+        self.owner, self._get = owner, get
+
+    def __getitem__(self, f):
+        return self._get(f)
+
+
 def frontier(lat: np.ndarray, per_byte: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Distinct (latency, seconds per byte) rows of the flows, minus those another row dominates in both, and a
     flow of each: max over flows of lat + per_byte x c is the max over these rows, for every c >= 0. Latencies
@@ -281,4 +317,4 @@ def frontier(lat: np.ndarray, per_byte: np.ndarray) -> tuple[np.ndarray, np.ndar
     return np.stack([lats[keep], top[keep]], axis=1), flow[keep]
 
 
-__all__ = ["Hops", "PathCache", "flow_hops", "frontier", "member_blocks", "path_cache", "round_flows"]
+__all__ = ["CriticalHops", "Hops", "PathCache", "flow_hops", "frontier", "member_blocks", "path_cache", "round_flows"]

@@ -1,7 +1,7 @@
 """The analytic simulator's shortcuts at scale give what their general forms give, on small clusters.
 
 Above DATAFLOW_MAX_NODES the analytic model costs a huge pipeline's stages from one grouping of all its flows
-(analytic._stage_groups / _stage_frontiers) instead of a `frontier` per stage, and all rounds' slowest rows at
+(stages.stage_groups / stage_frontiers) instead of a `frontier` per stage, and all rounds' slowest rows at
 once (analytic._bulk_slowest) instead of an argmax per round; `flows.group_values` replaces np.unique and
 `flow_hops` sums each node's reductions with bincount. Each test lowers the threshold so a small cluster takes
 the bulk path, and compares the shortcut with the general form element by element (exact equality).
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from collectives.simulate import simulate
-from collectives.simulator import analytic, flows
+from collectives.simulator import analytic, flows, stages
 from collectives.simulator.engine import build_schedule, count_for
 from collectives.simulator.model import CostRules
 from collectives.topology import fully_connected, preset
@@ -51,7 +51,7 @@ def test_stage_frontiers_are_each_stages_frontier(bulk, name):
         S = int(lag.max()) + 1
         # few distinct costs per byte: many ties, where the choice of a row's flow matters
         per_byte = rng.integers(0, 3, hops.src.size) * 1e-10
-        rows, flw, bounds = analytic._stage_frontiers(analytic._stage_groups(rules, hops, lag, S), per_byte, S)
+        rows, flw, bounds = stages.stage_frontiers(stages.stage_groups(rules, hops, lag, S), per_byte, S)
         for st in range(S):
             fl = np.flatnonzero(lag == st)
             want_rows, at = flows.frontier(hops.lat[fl], per_byte[fl]) if fl.size else (np.zeros((0, 2)), fl)

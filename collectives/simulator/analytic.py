@@ -163,6 +163,8 @@ def round_pairs(src: np.ndarray, dst: np.ndarray, num_nodes: int, lat: np.ndarra
         shared.clear()
         shared["lat"] = lat
     return hit[2], shared
+
+
 _CACHE_MAX = 64
 _FLOWS: dict[tuple, tuple[object, list]] = {}
 

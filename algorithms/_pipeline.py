@@ -66,7 +66,10 @@ def lane(kind: Callable, members, peers, lags, chunks: ChunkRange, period: int =
     members, peers, lags = (np.atleast_1d(np.asarray(x, np.int64)) for x in (members, peers, lags))
     members, peers, lags = np.broadcast_arrays(members, peers, lags)
     keep = np.flatnonzero(peers >= 0)
-    order = keep[np.argsort(members[keep], kind="stable")]
+    kept = members[keep]
+    # the members in increasing order (stable); most lanes list them so already, which a check sees in one pass
+    order = keep if kept.size < 2 or bool((kept[1:] >= kept[:-1]).all()) else \
+        keep[np.argsort(kept, kind="stable")]
 
     def remapped(piece, at, order=order):
         return chunks(piece, order[at])
@@ -74,12 +77,20 @@ def lane(kind: Callable, members, peers, lags, chunks: ChunkRange, period: int =
     return Lane(kind, members[order], peers[order], lags[order], remapped, int(period))
 
 
+def _stable_order(keys: np.ndarray) -> np.ndarray:
+    """np.argsort(keys, kind="stable"); non-negative keys below 2**15 sort as int16 (numpy's radix sort: linear
+    time, the same permutation since both sorts are stable)."""
+    if keys.size and int(keys.min()) >= 0 and int(keys.max()) < np.iinfo(np.int16).max:
+        return np.argsort(keys.astype(np.int16), kind="stable")
+    return np.argsort(keys, kind="stable")
+
+
 class _Indexed:
     """A lane with its members also sorted by lag, so the members busy in round t are one slice."""
 
     def __init__(self, ln: Lane) -> None:
         self.lane = ln
-        self.by_lag = np.argsort(ln.lags, kind="stable")
+        self.by_lag = _stable_order(ln.lags)
         self.sorted_lags = ln.lags[self.by_lag]
 
     def busy(self, t: int, pieces: int) -> np.ndarray:
@@ -97,9 +108,10 @@ _INDEX: dict[tuple, tuple] = {}
 
 
 def _index(lanes: list[Lane], M: int, pieces: int):
-    """The lanes sorted by lag, the last lag, and each member's earliest and latest lag (for Round.window: a
-    member's program visits its own rounds only); kept per lanes object while periodic lanes are absent (their
-    spans depend on `pieces`)."""
+    """The lanes sorted by lag, the last lag, and a function giving each member's earliest and latest lag (for
+    Round.window: a member's program visits its own rounds only; computed on its first call, which only
+    program expansion makes); kept per lanes object while periodic lanes are absent (their spans depend on
+    `pieces`)."""
     periodic = any(ln.period > 1 for ln in lanes)
     key = (id(lanes), M, pieces if periodic else None)
     hit = _INDEX.get(key)
@@ -107,13 +119,20 @@ def _index(lanes: list[Lane], M: int, pieces: int):
         return hit[1]
     indexed = [_Indexed(ln) for ln in lanes]
     top = max((int(ln.lags.max()) + (ln.period - 1) * (pieces - 1) for ln in lanes if ln.size), default=-1)
-    lo_lag = np.full(M, np.iinfo(np.int64).max, np.int64)
-    hi_lag = np.full(M, -1, np.int64)
-    for ln in lanes:
-        if ln.size:
-            np.minimum.at(lo_lag, ln.members, ln.lags)
-            np.maximum.at(hi_lag, ln.members, ln.lags + (ln.period - 1) * (pieces - 1))
-    value = (indexed, top, lo_lag, hi_lag)
+    spans: list = []
+
+    def lag_spans() -> tuple[np.ndarray, np.ndarray]:
+        if not spans:
+            lo_lag = np.full(M, np.iinfo(np.int64).max, np.int64)
+            hi_lag = np.full(M, -1, np.int64)
+            for ln in lanes:
+                if ln.size:
+                    np.minimum.at(lo_lag, ln.members, ln.lags)
+                    np.maximum.at(hi_lag, ln.members, ln.lags + (ln.period - 1) * (pieces - 1))
+            spans.append((lo_lag, hi_lag))
+        return spans[0]
+
+    value = (indexed, top, lag_spans)
     if len(_INDEX) >= MEMO_MAX:
         _INDEX.pop(next(iter(_INDEX)))
     _INDEX[key] = (lanes, value)
@@ -174,7 +193,7 @@ def pipelined_phase(name: str, nodes: np.ndarray, table: ChunkTable, lanes: list
     """
     nodes = np.asarray(nodes, np.int64)
     M = nodes.size
-    indexed, top, lo_lag, hi_lag = _index(lanes, M, pieces)
+    indexed, top, lag_spans = _index(lanes, M, pieces)
     periodic = any(ln.period > 1 for ln in lanes)
 
     member_lanes = []  # filled on the first one_member call: (bounds per member, lane, position per entry)
@@ -256,6 +275,7 @@ def pipelined_phase(name: str, nodes: np.ndarray, table: ChunkTable, lanes: list
         return out
 
     def window(m: int) -> tuple[int, int]:
+        lo_lag, hi_lag = lag_spans()
         if hi_lag[m] < 0:
             return 0, 0
         return int(lo_lag[m]), int(hi_lag[m]) + pieces

@@ -31,20 +31,21 @@ def sweep_full_scale() -> float:
     sizes = sorted({int(s) // 4 * 4 or 8 for s in np.geomspace(8, 8 << 30, 30)})
     cases = [("ring", {}), ("double_binary_tree", {}), ("hierarchical", {}),
              ("hierarchical", {"intra": "nvls", "inter": "ring"})]
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     out = []
     for name, params in cases:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         res = sweep(name, topo, sizes, mode="analytic", **params)
-        out.append((name, params, res, time.perf_counter() - t))
-    total = time.perf_counter() - t0
+        out.append((name, params, res, time.perf_counter() - t, time.process_time() - c))
+    total, total_cpu = time.perf_counter() - t0, time.process_time() - c0
     print(f"# analytic sweep: allreduce on gb300-nvl72, {topo.world_size:,} GPUs, {len(sizes)} sizes "
-          f"{sizes[0]} B .. {sizes[-1]:,} B")
-    for name, params, res, el in out:
+          f"{sizes[0]} B .. {sizes[-1]:,} B (elapsed; the process's CPU time in brackets: a busy host "
+          f"stretches the first)")
+    for name, params, res, el, cpu in out:
         label = name + (f" ({', '.join(f'{k}={v}' for k, v in params.items())})" if params else "")
-        print(f"  {label:<42} {el:6.3f} s   8 B: {res[0].time * 1e6:10.2f} us   8 GiB: busbw "
+        print(f"  {label:<42} {el:6.3f} s [{cpu:6.3f} s]   8 B: {res[0].time * 1e6:10.2f} us   8 GiB: busbw "
               f"{res[-1].busbw / 1e9:8.2f} GB/s   notes: {'; '.join(res[0].notes) or '-'}")
-    print(f"  total {total:.3f} s (budget 2 s)")
+    print(f"  total {total:.3f} s [{total_cpu:.3f} s] (budget 2 s)")
     return total
 
 
@@ -120,14 +121,15 @@ def single_call_full_scale() -> float:
     # each at this scale (docs/validation.md, Scale)
     for name, n in (("ring", 1 << 30), ("double_binary_tree", 1 << 30), ("hierarchical", 1 << 30),
                     ("nvls_tree", 1 << 30)):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         r = simulate(name, topo, n, mode="analytic")
-        out.append((name, r, time.perf_counter() - t))
-    print(f"# single simulate() calls, allreduce of 1 GiB on gb300-nvl72 ({topo.world_size:,} GPUs), analytic")
-    for name, r, el in out:
-        print(f"  {name:<20} {el:6.3f} s   -> {r.algorithm} ({r.protocol}, {r.channels} ch) busbw "
+        out.append((name, r, time.perf_counter() - t, time.process_time() - c))
+    print(f"# single simulate() calls, allreduce of 1 GiB on gb300-nvl72 ({topo.world_size:,} GPUs), analytic "
+          "(elapsed [CPU])")
+    for name, r, el, cpu in out:
+        print(f"  {name:<20} {el:6.3f} s [{cpu:6.3f} s]   -> {r.algorithm} ({r.protocol}, {r.channels} ch) busbw "
               f"{r.busbw / 1e9:8.2f} GB/s (budget 0.3 s each)")
-    return max(el for _, _, el in out)
+    return max(el for _, _, el, _ in out)
 
 
 def main() -> int:

@@ -37,10 +37,11 @@ import numpy as np
 
 from ..schedule.ops import OpKind
 from ..topology import TIERS
-from .flows import Hops, flow_hops, frontier, member_blocks, path_cache, round_flows
+from .flows import CriticalHops, Hops, flow_hops, frontier, member_blocks, path_cache, round_flows
 from .model import CostRules
 from .recurrence import EXACT_UPDATES, advance_history, cycle_rows, iterate, rate_at, reverse_pairs, scatter
 from .sharing import LinkClock, SharedLinks, shared_flows, staggered, stream_ends
+from .stages import stage_frontiers, stage_groups
 
 DATAFLOW_MAX_NODES = 65_536
 
@@ -56,14 +57,17 @@ class RoundCost:
     dst: np.ndarray
     lat: np.ndarray  # path latency (s)
     coef: np.ndarray  # s per chunk-byte: max over hops of (chunks on link / effective bandwidth)
-    crit_link: np.ndarray  # the hop that sets coef (-1: empty path)
-    crit_factor: np.ndarray  # in-network factor on that hop (< 1: switch aggregation rate)
+    crit_link: object  # crit_link[f]: the link that sets coef[f] (-1: empty path); a CriticalHops view
+    crit_factor: object  # crit_factor[f]: the in-network factor on that hop (< 1: switch aggregation rate)
     red_node: np.ndarray  # nodes that reduce in this round
     red_coef: np.ndarray  # their reduction seconds per chunk-byte (chunks reduced / rate)
     tier_chunks: np.ndarray  # chunk-hops per link tier
     load_coef: float  # max over links of chunks / raw bandwidth (utilization check)
-    rows: np.ndarray = field(default=None)  # (R, 2) distinct (latency, s per chunk-byte) of receivers
-    row_flow: np.ndarray = field(default=None)  # a flow of each row
+    # (R, 2) distinct (latency, s per chunk-byte) of receivers and a flow of each (the `rows` and `row_flow`
+    # properties); None: frontier(lat, recv_coef), computed when first read (a pipeline's whole set of flows
+    # never needs it: its rounds read their stages' rows)
+    _rows: np.ndarray = field(default=None)
+    _row_flow: np.ndarray = field(default=None)
     recv_coef: np.ndarray = field(default=None)  # per flow: coef and the receiver's red_coef (model.reduce_end)
     red_flow: np.ndarray = field(default=None)  # per flow: the receiver's red_coef (0 if it does not reduce)
     overlap: bool = False  # reductions stream with the transfer (rules.overlap_reduce)
@@ -78,6 +82,24 @@ class RoundCost:
     _scatter: object = field(default=None, repr=False)
     _shared: object = field(default=False, repr=False)
     _rates: np.ndarray = field(default=None, repr=False)
+
+    @property
+    def rows(self) -> np.ndarray:
+        if self._rows is None:
+            self._frontier()
+        return self._rows
+
+    @property
+    def row_flow(self) -> np.ndarray:
+        if self._row_flow is None:
+            self._frontier()
+        return self._row_flow
+
+    def _frontier(self) -> None:
+        if self.src.size:
+            self._rows, self._row_flow = frontier(self.lat, self.recv_coef)
+        else:
+            self._rows, self._row_flow = np.zeros((0, 2)), np.zeros(0, np.int64)
 
     def scatter(self):
         """The round's messages grouped by receiver and sender (recurrence.scatter), computed once."""
@@ -107,15 +129,9 @@ class RoundCost:
                 n = int(max(self.src.max(), self.dst.max())) + 1 if self.src.size else 1
                 flow_rows = self.rows if self.row_flow is not None and self.rows.shape[0] and \
                     self.step_kinds is None else None
-                pkey = (id(self.src), id(self.dst))
-                pairs = _PAIRS.get(pkey)
-                if pairs is None or pairs[0] is not self.src or pairs[1] is not self.dst:
-                    pairs = (self.src, self.dst, reverse_pairs(self.src, self.dst, n))
-                    if len(_PAIRS) >= 64:
-                        _PAIRS.pop(next(iter(_PAIRS)))
-                    _PAIRS[pkey] = pairs
+                pairs, shared = round_pairs(self.src, self.dst, n, self.lat)
                 self._rates = cycle_rows(self.src, self.dst, self.lat, self.recv_coef, own, n, self.slots,
-                                         flow_rows, pairs[2])
+                                         flow_rows, pairs, shared=shared)
                 if len(_RATES) >= 64:
                     _RATES.pop(next(iter(_RATES)))
                 _RATES[key] = (self.src, self.lat, self.recv_coef, self._rates)
@@ -140,7 +156,31 @@ class Structure:
 
 _CACHE: dict[tuple, tuple[object, Structure]] = {}
 _RATES: dict[tuple, tuple] = {}  # RoundCost.rate_rows by the flows' arrays (checked by identity)
-_PAIRS: dict[tuple, tuple] = {}  # recurrence.reverse_pairs by the flows' (src, dst) arrays, for every protocol
+# recurrence.reverse_pairs by the flows' (src, dst) arrays, and cycle_rows' part that no protocol changes by
+# their (src, dst, lat) arrays (checked by identity)
+_PAIRS: dict[tuple, tuple] = {}
+
+
+def round_pairs(src: np.ndarray, dst: np.ndarray, num_nodes: int, lat: np.ndarray | None = None
+                ) -> tuple[tuple, dict]:
+    """reverse_pairs(src, dst, num_nodes), computed once for a round's flows whatever the protocol and whoever
+    asks (the cycle rate, the step latency's depth), and a dict for cycle_rows' `shared` (kept with `lat`)."""
+    key = (id(src), id(dst), num_nodes)
+    hit = _PAIRS.get(key)
+    if hit is None or hit[0] is not src or hit[1] is not dst:
+        hit = (src, dst, reverse_pairs(src, dst, num_nodes), {})
+        if len(_PAIRS) >= 64:
+            _PAIRS.pop(next(iter(_PAIRS)))
+        _PAIRS[key] = hit
+    shared = hit[3]
+    if lat is None:
+        return hit[2], {}
+    if shared.get("lat") is not lat:  # cycle_rows' shared part belongs to one latency array
+        shared.clear()
+        shared["lat"] = lat
+    return hit[2], shared
+
+
 _CACHE_MAX = 64
 _FLOWS: dict[tuple, tuple[object, list]] = {}
 
@@ -173,10 +213,9 @@ def _round_cost(rules: CostRules, pi: int, h: Hops, repeats: int, collapsed: boo
         base = _round_cost(rules.at_full_rate(), pi, h, repeats, collapsed)
         coef = base.coef / rules.efficiency
         rc_flow = rules.reduce_end(coef, base.red_flow)
-        uniq, idx = frontier(base.lat, rc_flow) if F else (np.zeros((0, 2)), np.zeros(0, np.int64))
         return RoundCost(pi, repeats, collapsed, src, dst, base.lat, coef, base.crit_link, base.crit_factor,
-                         base.red_node, base.red_coef, base.tier_chunks, base.load_coef / rules.efficiency, uniq,
-                         idx, rc_flow, base.red_flow, rules.overlap_reduce, h.net, slots=rules.credit_slots,
+                         base.red_node, base.red_coef, base.tier_chunks, base.load_coef / rules.efficiency, None,
+                         None, rc_flow, base.red_flow, rules.overlap_reduce, h.net, slots=rules.credit_slots,
                          units=h.units, hops=h, hop_bw=None if base.hop_bw is None else base.hop_bw * rules.efficiency)
     memo = h.costs.get(rules.key)
     if memo is not None and memo.repeats == repeats and memo.phase == pi:
@@ -191,32 +230,22 @@ def _round_cost(rules: CostRules, pi: int, h: Hops, repeats: int, collapsed: boo
     if factor is not None:
         bw = h.raw_bw * factor
     coef = np.zeros(F)
-    crit_link = np.full(F, -1, np.int64)
-    crit_factor = np.ones(F)
+    per_hop = np.zeros(0)
     if hl.size:
         per_hop = h.hop_load / bw
         starts = h.starts
         rows = fidx[starts]
         best = np.maximum.reduceat(per_hop, starts)
         coef[rows] = best
-        # the first hop of each flow that attains its maximum
-        at = np.flatnonzero(per_hop == coef[fidx])
-        first = at[np.r_[True, fidx[at][1:] != fidx[at][:-1]]]
-        crit_link[fidx[first]] = hl[first]
-        if factor is not None:
-            crit_factor[fidx[first]] = factor[first]
+    crit = CriticalHops(fidx, hl, per_hop, coef, factor)
+    crit_link, crit_factor = crit.link, crit.factor
     red_flow = np.zeros(F)
     if h.rc_add is not None:
         hit, add = h.rc_add
         red_flow[hit] = add
     rc_flow = rules.reduce_end(coef, red_flow)
-    lat = h.lat
-    if F:
-        uniq, idx = frontier(lat, rc_flow)
-    else:
-        uniq, idx = np.zeros((0, 2)), np.zeros(0, np.int64)
-    rc = RoundCost(pi, repeats, collapsed, src, dst, lat, coef, crit_link, crit_factor, h.rn, h.rc, h.tier,
-                   h.load_coef, uniq, idx, rc_flow, red_flow, rules.overlap_reduce, h.net, slots=rules.credit_slots,
+    rc = RoundCost(pi, repeats, collapsed, src, dst, h.lat, coef, crit_link, crit_factor, h.rn, h.rc, h.tier,
+                   h.load_coef, None, None, rc_flow, red_flow, rules.overlap_reduce, h.net, slots=rules.credit_slots,
                    units=h.units, hops=h, hop_bw=bw)
     if rules.efficiency == 1.0:
         h.costs[rules.key] = rc
@@ -279,26 +308,10 @@ def _stage_rounds(rules: CostRules, pi: int, rnd, info: dict, staged) -> list[Ro
     memo = hops.costs.get(memo_key)
     if memo is None:
         full = _round_cost(rules, pi, hops, 1, False)
-        per_stage = []
-        if full.src.size:
-            order = np.argsort(lag, kind="stable")
-            bounds = np.searchsorted(lag[order], np.arange(S + 1))
-            for st in range(S):
-                fl = order[bounds[st]:bounds[st + 1]]
-                if fl.size == 0:
-                    per_stage.append((np.zeros((0, 2)), fl))
-                    continue
-                rows, at = frontier(full.lat[fl], full.recv_coef[fl])
-                per_stage.append((rows, fl[at]))
-        # per stage: does it hold rank-to-rank flows over NVLink, over the network (for NCCL's step latency)
-        kinds = np.zeros((S, 2), bool)
-        if full.src.size:
-            p2p = (full.src < rules.world_size) & (full.dst < rules.world_size)
-            np.logical_or.at(kinds[:, 0], lag[p2p & ~full.net], True)
-            np.logical_or.at(kinds[:, 1], lag[p2p & full.net], True)
-        memo = (full, per_stage, _stage_tiers(hops, lag, S), kinds)
+        groups = stage_groups(rules, hops, lag, S)
+        memo = (full, *stage_frontiers(groups, full.recv_coef, S), groups.tiers, groups.kinds)
         hops.costs[memo_key] = memo
-    full, per_stage, tier, kinds = memo
+    full, rows_all, flows_all, bounds, tier, kinds = memo
     if full.src.size == 0:
         return []
     out = []
@@ -307,26 +320,15 @@ def _stage_rounds(rules: CostRules, pi: int, rnd, info: dict, staged) -> list[Ro
         t = first + it
         lo, hi = max(0, t - P + 1), min(t, S - 1)
         # the busy stages' rows side by side (a few per stage: the max over them is the round's cost)
-        rows = np.concatenate([per_stage[x][0] for x in range(lo, hi + 1)]) if hi >= lo else np.zeros((0, 2))
-        flw = np.concatenate([per_stage[x][1] for x in range(lo, hi + 1)]) if hi >= lo else np.zeros(0, np.int64)
+        a, b = (int(bounds[lo]), int(bounds[hi + 1])) if hi >= lo else (0, 0)
         rc = RoundCost(pi, rnd.repeats if rnd.uniform else 1, rnd.uniform, full.src, full.dst, full.lat, full.coef,
                        full.crit_link, full.crit_factor, full.red_node, full.red_coef,
-                       tier[lo:hi + 1].sum(axis=0) if hi >= lo else np.zeros(len(TIERS)), full.load_coef, rows,
-                       flw, full.recv_coef, full.red_flow, full.overlap, full.net,
+                       tier[lo:hi + 1].sum(axis=0) if hi >= lo else np.zeros(len(TIERS)), full.load_coef,
+                       rows_all[a:b], flows_all[a:b], full.recv_coef, full.red_flow, full.overlap, full.net,
                        tuple(kinds[lo:hi + 1].any(axis=0).tolist()) if hi >= lo else (False, False),
                        slots=rules.credit_slots, units=full.units)
         out.append(rc)
     return out
-
-
-def _stage_tiers(hops: Hops, lag: np.ndarray, S: int) -> np.ndarray:
-    """(S, tiers): chunk-hops per link tier of each stage's flows."""
-    if not hops.hl.size:
-        return np.zeros((S, len(TIERS)))
-    tiers = hops.hop_tier
-    units = hops.units[hops.fidx]
-    cell = lag[hops.fidx] * len(TIERS) + tiers
-    return np.bincount(cell, weights=units, minlength=S * len(TIERS))[:S * len(TIERS)].reshape(S, len(TIERS))
 
 
 def _has_fabric_switches(schedule, rules: CostRules) -> bool:
@@ -436,7 +438,8 @@ def evaluate(st: Structure, cb: np.ndarray, dataflow: bool) -> Timing:
         phase_end = [0.0] * nphase
         clock = LinkClock()
     total = 0.0
-    for rc in st.rounds:
+    slowest = None if dataflow else _bulk_slowest(st, cb)
+    for ri, rc in enumerate(st.rounds):
         c = cb[rc.phase]
         tier += rc.tier_chunks * c * rc.repeats
         if rc.src.size == 0:
@@ -447,6 +450,8 @@ def evaluate(st: Structure, cb: np.ndarray, dataflow: bool) -> Timing:
             dur_flow = rc.lat + rc.recv_coef * c
             f = int(np.argmax(dur_flow))
             lam = float(dur_flow[f])
+        elif slowest is not None:
+            f, lam = slowest[0][ri], slowest[1][ri]
         else:  # the few distinct rows stand for all flows
             dur_row = rc.rows[:, 0] + rc.rows[:, 1] * c
             i = int(np.argmax(dur_row))
@@ -471,6 +476,44 @@ def evaluate(st: Structure, cb: np.ndarray, dataflow: bool) -> Timing:
             prev = end
     bottleneck = max(weights, key=weights.get) if weights else ("latency",)
     return Timing(total, phase_time, tier, bottleneck, min(util, 1.0))
+
+
+def _bulk_slowest(st: Structure, cb: np.ndarray) -> tuple[list, list] | None:
+    """Per round of the bulk model: the flow of its slowest row at chunk bytes cb[phase] and that row's
+    duration (what evaluate's per-round argmax over rc.rows gives, the same floats), for all rounds at once;
+    None when a round with messages has no rows (evaluate then takes them one by one)."""
+    layout = st.memo.get("bulk rows")
+    if layout is None:
+        busy = [i for i, rc in enumerate(st.rounds) if rc.src.size]
+        sizes = np.array([st.rounds[i].rows.shape[0] for i in busy], np.int64)
+        if busy and not sizes.all():
+            layout = ()
+        elif busy:
+            rows = np.concatenate([st.rounds[i].rows for i in busy])
+            flows = np.concatenate([st.rounds[i].row_flow for i in busy]).astype(np.int64, copy=False)
+            phase = np.repeat(np.array([st.rounds[i].phase for i in busy], np.int64), sizes)
+            starts = np.r_[0, np.cumsum(sizes)[:-1]]
+            layout = (busy, rows, flows, phase, starts, sizes)
+        else:
+            layout = ([], None, None, None, None, None)
+        st.memo["bulk rows"] = layout
+    if not layout:
+        return None
+    busy, rows, flows, phase, starts, sizes = layout
+    f_of, lam_of = [None] * len(st.rounds), [None] * len(st.rounds)
+    if not busy:
+        return f_of, lam_of
+    dur = rows[:, 0] + rows[:, 1] * np.asarray(cb, np.float64)[phase]
+    top = np.maximum.reduceat(dur, starts)
+    # np.argmax's choice: the first row of each round attaining its maximum
+    hit = np.flatnonzero(dur == np.repeat(top, sizes))
+    seg = np.searchsorted(starts, hit, side="right") - 1
+    first = hit[np.r_[True, seg[1:] != seg[:-1]]] if hit.size else hit
+    if first.size != len(busy):  # a round whose durations are not numbers (nan): argmax's own rule applies
+        return None
+    for i, f, lam in zip(busy, flows[first].tolist(), dur[first].tolist(), strict=True):
+        f_of[i], lam_of[i] = f, lam
+    return f_of, lam_of
 
 
 def _advance_round(rc: RoundCost, c: float, lam: float, hist: list[np.ndarray], credit,

@@ -241,18 +241,23 @@ def flow_hops(rules: CostRules, flows: tuple, cache: PathCache | None = None, sh
         load_coef = 0.0
         tier = np.zeros(len(TIERS))
     if rn.size:
-        order = np.argsort(rn, kind="stable")
-        rn, ru = rn[order], ru[order]
-        first_r = np.flatnonzero(np.r_[True, rn[1:] != rn[:-1]])
-        rn, ru = rn[first_r], np.add.reduceat(ru, first_r)
+        # the chunks each node reduces, summed in the flows' order (bincount adds each bin's weights in input
+        # order, as a stable sort by node and add.reduceat would), its nodes in increasing order
+        n = int(rn.max()) + 1
+        rn_all = rn
+        ru = np.bincount(rn_all, weights=ru, minlength=n)
+        rn = np.flatnonzero(np.bincount(rn_all, minlength=n))
+        ru = ru[rn]
         rc = ru / rules.reduce_rate(rn)
     else:
         rc = np.zeros(0)
     rc_add = None
     if F and rn.size:
         # receivers' reduction per flow (the flows into a node share its one fused reduction)
-        pos = np.minimum(np.searchsorted(rn, dst), rn.size - 1)
-        hit = rn[pos] == dst
+        slot = np.full(max(int(rn[-1]), int(dst.max())) + 1, -1, np.int64)
+        slot[rn] = np.arange(rn.size)
+        pos = slot[dst]
+        hit = pos >= 0
         rc_add = (hit, rc[pos[hit]])
     top = max(int(src.max()), int(dst.max())) if F else -1
     switch = bool(hl.size) and top >= rules.world_size
@@ -264,11 +269,63 @@ def flow_hops(rules: CostRules, flows: tuple, cache: PathCache | None = None, sh
                  fabric, net, hop_tier=hop_tier, units=u)
 
 
+FEW_VALUES = 64  # group_values: at most this many distinct values are located by binary search
+
+
+def group_values(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(x, return_inverse=True) for a float array of few distinct values (a round's path latencies):
+    the distinct values by hashing, each element's by binary search among them, without sorting all of x
+    (the same arrays as np.unique's; many distinct values take np.unique itself)."""
+    if x.size < 4096:
+        return np.unique(x, return_inverse=True)
+    values = np.unique(x, sorted=False)
+    if values.size > FEW_VALUES:
+        return np.unique(x, return_inverse=True)
+    values = np.sort(values)
+    return values, np.searchsorted(values, x)
+
+
+class CriticalHops:
+    """Per flow, the first of its hops whose seconds per chunk attain the flow's (the link that sets its rate),
+    found when asked: a round's bottleneck names a few of its millions of flows. `link[f]` and `factor[f]` read
+    like arrays."""
+
+    def __init__(self, fidx: np.ndarray, hl: np.ndarray, per_hop: np.ndarray, coef: np.ndarray,
+                 factor: np.ndarray | None) -> None:
+        self.fidx, self.hl, self.per_hop, self.coef, self.factors = fidx, hl, per_hop, coef, factor
+        self._hop: dict[int, int] = {}
+        self.link = _Indexed(self, lambda f: -1 if (i := self.hop(f)) < 0 else int(self.hl[i]))
+        self.factor = _Indexed(self, lambda f: 1.0 if (i := self.hop(f)) < 0 or self.factors is None
+                               else float(self.factors[i]))
+
+    def hop(self, f) -> int:
+        """Index into the hop arrays of flow f's critical hop (-1: no hops, or no hop attains its maximum)."""
+        f = int(f)
+        hit = self._hop.get(f)
+        if hit is None:
+            # the flow's hops are contiguous (flow-major)
+            lo, hi = (int(x) for x in np.searchsorted(self.fidx, [f, f + 1]))
+            at = np.flatnonzero(self.per_hop[lo:hi] == self.coef[f]) if hi > lo else ()
+            hit = lo + int(at[0]) if len(at) else -1
+            self._hop[f] = hit
+        return hit
+
+
+class _Indexed:
+    """An array-like view: view[f] = get(f); `owner` is the CriticalHops it reads."""
+
+    def __init__(self, owner: CriticalHops, get) -> None:
+        self.owner, self._get = owner, get
+
+    def __getitem__(self, f):
+        return self._get(f)
+
+
 def frontier(lat: np.ndarray, per_byte: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Distinct (latency, seconds per byte) rows of the flows, minus those another row dominates in both, and a
     flow of each: max over flows of lat + per_byte x c is the max over these rows, for every c >= 0. Latencies
     are few (sums of a few hop latencies), so the flows are grouped by latency first."""
-    lats, inv = np.unique(lat, return_inverse=True)
+    lats, inv = group_values(lat)
     top = np.full(lats.size, -np.inf)
     np.maximum.at(top, inv, per_byte)
     # a flow attaining each group's maximum
@@ -282,4 +339,5 @@ def frontier(lat: np.ndarray, per_byte: np.ndarray) -> tuple[np.ndarray, np.ndar
     return np.stack([lats[keep], top[keep]], axis=1), flow[keep]
 
 
-__all__ = ["Hops", "PathCache", "flow_hops", "frontier", "member_blocks", "path_cache", "round_flows", "shared_load"]
+__all__ = ["CriticalHops", "Hops", "PathCache", "flow_hops", "frontier", "member_blocks", "path_cache", "round_flows",
+           "shared_load"]

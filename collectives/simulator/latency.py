@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .analytic import DATAFLOW_MAX_NODES, Structure
+from .analytic import DATAFLOW_MAX_NODES, Structure, round_pairs
 from .recurrence import advance_history, cycle_rows, iterate, rate_at
 
 
@@ -59,7 +59,9 @@ def _step_depth(st: Structure, lam_nvlink: float, lam_net: float, world_size: in
             rate = worst
             if rc.repeats > 1 and rc.slots > 1:
                 n = int(max(rc.src.max(), rc.dst.max())) + 1
-                rate = rate_at(cycle_rows(rc.src, rc.dst, lam, np.zeros(lam.size), 0.0, n, rc.slots), 0.0)
+                pairs, _ = round_pairs(rc.src, rc.dst, n)
+                rate = rate_at(cycle_rows(rc.src, rc.dst, lam, np.zeros(lam.size), 0.0, n, rc.slots,
+                                          pairs=pairs), 0.0)
             total += worst + (rc.repeats - 1) * rate
             continue
         sc = rc.scatter()

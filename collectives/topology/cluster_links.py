@@ -63,26 +63,34 @@ class ClusterLinks:
         s, d = s.ravel(), d.ravel()
         out = np.full(s.shape, -1, dtype=np.int64)
         N = self.world_size
+        todo = None  # the flows the upward pass left (a pair is adjacent one way at most)
         for a, b, down in ((s, d, False), (d, s, True)):  # a: the lower end, b: the upper end
+            if down:
+                todo = np.flatnonzero(out < 0)
+                a, b = a[todo], b[todo]
+            found = np.full(a.shape, -1, dtype=np.int64)
             lower_rank = (a >= 0) & (a < N)
             # rank <-> its domain switch
             m = lower_rank & (b == self.nvswitch_base + self._domains_of(np.where(lower_rank, a, 0)))
-            out[m] = (a[m] + (N if down else 0))
-            if self.tree is None:
-                continue
-            # rank <-> its leaf
-            m = lower_rank & (b >= self.fabric_base) & (out < 0)
-            if m.any():
-                t, h = self._fabric_host(a[m])
-                leaf = self.fabric_base + self.node_offset[1] + t * self.tree.n[1] + h // self.tree.M[1]
-                ok = leaf == b[m]
-                idx = np.flatnonzero(m)[ok]
-                out[idx] = self._cable_link(1, t[ok], h[ok], down)
-            # switch <-> parent switch
-            m = (a >= self.fabric_base) & (b >= self.fabric_base) & (out < 0)
-            if m.any():
-                f = np.flatnonzero(m)
-                out[f] = self._switch_uplinks(a[f], b[f], down)
+            found[m] = (a[m] + (N if down else 0))
+            if self.tree is not None:
+                # rank <-> its leaf
+                m = lower_rank & (b >= self.fabric_base) & (found < 0)
+                if m.any():
+                    t, h = self._fabric_host(a[m])
+                    leaf = self.fabric_base + self.node_offset[1] + t * self.tree.n[1] + h // self.tree.M[1]
+                    ok = leaf == b[m]
+                    idx = np.flatnonzero(m)[ok]
+                    found[idx] = self._cable_link(1, t[ok], h[ok], down)
+                # switch <-> parent switch
+                m = (a >= self.fabric_base) & (b >= self.fabric_base) & (found < 0)
+                if m.any():
+                    f = np.flatnonzero(m)
+                    found[f] = self._switch_uplinks(a[f], b[f], down)
+            if down:
+                out[todo] = found
+            else:
+                out = found
         bad = np.flatnonzero(out < 0)
         if bad.size:
             f = int(bad[0])
@@ -172,12 +180,12 @@ class ClusterLinks:
         count = np.zeros(F, np.int64)
         count[other] = 1
         count[intra] = 2
-        cols = None
+        route = None
         if inter.size:
             if self.tree is None:
                 raise ValueError(f"{self.name} has no fabric between domains")
-            cols = self._fabric_cols(s[inter], d[inter])
-            count[inter] = (cols >= 0).sum(axis=1)
+            route = self._fabric_route(s[inter], d[inter])
+            count[inter] = route[0] + 2 * route[4]  # the PXN hops, then up and down a levels
         offs = np.cumsum(count) - count
         hl = np.empty(int(count.sum()), np.int64)
         if other.size:
@@ -185,10 +193,18 @@ class ClusterLinks:
         if intra.size:
             hl[offs[intra]] = s[intra]
             hl[offs[intra] + 1] = N + d[intra]
-        if cols is not None:
-            r, c = np.nonzero(cols >= 0)
-            row_first = np.cumsum(count[inter]) - count[inter]
-            hl[offs[inter][r] + (np.arange(r.size) - row_first[r])] = cols[r, c]
+        if route is not None:  # the rows of _fabric_cols, written in place
+            first, proxy, ts, td, a, up, down = route
+            base = offs[inter]
+            pxn = np.flatnonzero(first)
+            if pxn.size:
+                hl[base[pxn]] = s[inter][pxn]
+                hl[base[pxn] + 1] = N + proxy[pxn]
+            base = base + first
+            for lv in range(1, self.levels + 1):
+                on = np.flatnonzero(up[:, lv - 1] >= 0)
+                hl[base[on] + lv - 1] = self._cable_link(lv, ts[on], up[on, lv - 1], False)
+                hl[base[on] + 2 * a[on] - lv] = self._cable_link(lv, td[on], down[on, lv - 1], True)
         return np.repeat(np.arange(F, dtype=np.int64), count), hl
 
     def link_attributes(self, links: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -199,17 +215,18 @@ class ClusterLinks:
     def _fabric_paths(self, s: np.ndarray, d: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
         out[rows] = self._fabric_cols(s, d)
 
-    def _fabric_cols(self, s: np.ndarray, d: np.ndarray) -> np.ndarray:
-        """Fabric paths of rank flows s -> d in different domains: (flows, max_hops) links, -1 padded."""
+    def _fabric_route(self, s: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The fabric routes of rank flows s -> d in different domains: (hops before the NIC: 2 where a PXN
+        NVLink hop to the destination's rail comes first, else 0; the rank whose NIC the flow leaves from (the
+        proxy on the destination's rail, or s); source and destination fabric trees; the fat-tree route's NCA
+        level, up cables and down cables as FatTree.route gives them)."""
         assert self.tree is not None
-        N, L = self.world_size, self.levels
-        cols = np.full((s.size, self.max_hops), -1, dtype=np.int64)
         first = np.zeros(s.size, dtype=np.int64)
         if self.per_rail:
             ss = self._slots(s)
             rs, rd = ss % self.G % self.R, self._slots(d) % self.G % self.R
             pxn = rs != rd
-            proxy = np.where(pxn, ss - rs + rd, ss)
+            proxy = np.where(pxn, ss - rs + rd, ss)  # the slot on the destination's rail
             if self._rank_at is not None:
                 proxy = self._rank_at[proxy]
                 if np.any(proxy < 0):
@@ -217,14 +234,22 @@ class ClusterLinks:
                     raise ValueError(f"{self.name}: rank {int(s[f])} reaches rail {int(rd[f])} through the GPU of "
                                      "that rail in its domain (PXN) and that slot is empty in this placement; "
                                      "use rail_fabric='single' for domains with empty slots")
-            cols[pxn, 0] = s[pxn]
-            cols[pxn, 1] = N + proxy[pxn]
             s = proxy
             first = 2 * pxn
         ts, hs = self._fabric_host(s)
         td, hd = self._fabric_host(d)
         assert np.array_equal(ts, td), "a flow between fabric trees needs a PXN hop"
-        a, up, down = self.tree.route(hs, hd)
+        return (first, s, ts, td, *self.tree.route(hs, hd))
+
+    def _fabric_cols(self, s: np.ndarray, d: np.ndarray) -> np.ndarray:
+        """Fabric paths of rank flows s -> d in different domains: (flows, max_hops) links, -1 padded."""
+        N, L = self.world_size, self.levels
+        cols = np.full((s.size, self.max_hops), -1, dtype=np.int64)
+        first, proxy, ts, td, a, up, down = self._fabric_route(s, d)
+        pxn = first > 0
+        if pxn.any():
+            cols[pxn, 0] = s[pxn]
+            cols[pxn, 1] = N + proxy[pxn]
         # in order: up cables of levels 1..a, then down cables of levels a..1 (no gaps)
         for lv in range(1, L + 1):
             on = np.flatnonzero(up[:, lv - 1] >= 0)

@@ -60,6 +60,27 @@ def test_paths_are_connected_up_down_routes(params):
 
 
 @pytest.mark.parametrize("params", SMALL)
+def test_hop_list_is_path_links_row_by_row(params):
+    """hop_list (the analytic simulator's flat paths) lists exactly path_links' hops, flow by flow, in order:
+    every pair of ranks, and ranks to and from their NVSwitch and their leaf (adjacent: one link)."""
+    c = T.cluster(**params)
+    ranks = np.arange(c.world_size)
+    nvs = np.array([c.nvswitch_of(int(r)) for r in ranks])
+    s, d = all_pairs(c.world_size)
+    s, d = [s, ranks, nvs], [d, nvs, ranks]
+    if c.world_size > c.G:  # the first hop towards the next domain's same GPU is the NIC's link to its leaf
+        leaves = c.link_endpoints(c.path_links(ranks, (ranks + c.G) % c.world_size)[:, 0])[1]
+        assert (leaves >= c.fabric_base).all()
+        s, d = s + [ranks, leaves], d + [leaves, ranks]
+    s, d = np.concatenate(s), np.concatenate(d)
+    paths = c.path_links(s, d)
+    fidx, hl = c.hop_list(s, d)
+    rows, cols = np.nonzero(paths >= 0)
+    assert np.array_equal(fidx, rows)
+    assert np.array_equal(hl, paths[rows, cols])
+
+
+@pytest.mark.parametrize("params", SMALL)
 def test_rank_mapping_and_leaves_are_rail_aligned(params):
     c = T.cluster(**params)
     r = np.arange(c.world_size)

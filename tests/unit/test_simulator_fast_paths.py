@@ -1,0 +1,118 @@
+"""The analytic simulator's shortcuts at scale give what their general forms give, on small clusters.
+
+Above DATAFLOW_MAX_NODES the analytic model costs a huge pipeline's stages from one grouping of all its flows
+(stages.stage_groups / stage_frontiers) instead of a `frontier` per stage, and all rounds' slowest rows at
+once (analytic._bulk_slowest) instead of an argmax per round; `flows.group_values` replaces np.unique and
+`flow_hops` sums each node's reductions with bincount. Each test lowers the threshold so a small cluster takes
+the bulk path, and compares the shortcut with the general form element by element (exact equality).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from collectives.simulate import simulate
+from collectives.simulator import analytic, flows, stages
+from collectives.simulator.engine import build_schedule, count_for
+from collectives.simulator.model import CostRules
+from collectives.topology import fully_connected, preset
+
+
+@pytest.mark.parametrize("values,n", [(5, 100), (5, 20_000), (3, 50_000), (20_000, 20_000)])
+def test_group_values_is_numpy_unique(values, n):
+    rng = np.random.default_rng(values + n)
+    x = rng.choice(rng.random(values) * 1e-5, n)
+    x[:3] = 0.0
+    got, inv = flows.group_values(x)
+    want, want_inv = np.unique(x, return_inverse=True)
+    assert np.array_equal(got, want) and np.array_equal(inv, want_inv)
+
+
+@pytest.fixture
+def bulk(monkeypatch):
+    """Every cluster takes the bulk model (as 331,776 GPUs do), with fresh caches."""
+    monkeypatch.setattr(analytic, "DATAFLOW_MAX_NODES", 0)
+    return preset("gb200-nvl72", racks=3, gpus_per_domain=4)
+
+
+PIPELINES = ["double_binary_tree", "nvls_tree", "hierarchical", "collnet_direct"]
+
+
+@pytest.mark.parametrize("name", PIPELINES)
+def test_stage_frontiers_are_each_stages_frontier(bulk, name):
+    topo = bulk
+    simulate(name, topo, 1 << 20, mode="analytic")
+    staged = [v[1] for v in analytic._STAGES.values() if v[0] is topo]
+    assert staged, "the bulk model costs the pipeline stage by stage"
+    rules = CostRules(topo, "float32", 1 << 20, "Simple")
+    rng = np.random.default_rng(0)
+    for hops, lag in staged:
+        S = int(lag.max()) + 1
+        # few distinct costs per byte: many ties, where the choice of a row's flow matters
+        per_byte = rng.integers(0, 3, hops.src.size) * 1e-10
+        rows, flw, bounds = stages.stage_frontiers(stages.stage_groups(rules, hops, lag, S), per_byte, S)
+        for st in range(S):
+            fl = np.flatnonzero(lag == st)
+            want_rows, at = flows.frontier(hops.lat[fl], per_byte[fl]) if fl.size else (np.zeros((0, 2)), fl)
+            got = slice(int(bounds[st]), int(bounds[st + 1]))
+            assert np.array_equal(rows[got], want_rows), (name, st)
+            assert np.array_equal(flw[got], fl[at]), (name, st)
+
+
+@pytest.mark.parametrize("name", ["double_binary_tree", "ring", "hierarchical"])
+def test_bulk_slowest_rows_are_each_rounds_argmax(bulk, name):
+    topo = bulk
+    for nbytes in (4096, 16 << 20):
+        count = count_for("allreduce", nbytes, topo.world_size, 4)
+        schedule = build_schedule(name, topo, "allreduce", count, "float32", "sum", None, "Simple")
+        st = analytic.structure(schedule, CostRules(topo, "float32", nbytes, "Simple"))
+        cb = analytic.chunk_bytes(schedule, 4)
+        got_flow, got_lam = analytic._bulk_slowest(st, cb)
+        busy = 0
+        for i, rc in enumerate(st.rounds):
+            if not rc.src.size:
+                continue
+            busy += 1
+            dur = rc.rows[:, 0] + rc.rows[:, 1] * cb[rc.phase]
+            j = int(np.argmax(dur))
+            assert (got_flow[i], got_lam[i]) == (int(rc.row_flow[j]), float(dur[j])), (name, nbytes, i)
+        assert busy
+
+
+def test_reductions_per_node_sum_in_flow_order():
+    topo = fully_connected(8, latency=1e-6, bandwidth=20e9, reduce_bandwidth=50e9)
+    rules = CostRules(topo, "float32", 1 << 20, None)
+    src, dst = np.array([0, 1, 2, 3, 4]), np.array([5, 3, 5, 7, 6])
+    units = np.array([1.0, 2.0, 0.1, 0.2, 0.3])
+    rn, ru = np.array([5, 3, 5, 7, 3, 5]), np.array([0.1, 0.2, 0.7, 1.0, 3.0, 1e-17])
+    h = flows.flow_hops(rules, (src, dst, units, rn, ru))
+    assert h.rn.tolist() == [3, 5, 7]
+    sums = [0.2 + 3.0, (0.1 + 0.7) + 1e-17, 1.0]  # each node's chunks added in the flows' order
+    assert h.rc.tolist() == (np.array(sums) / rules.reduce_rate(np.array([3, 5, 7]))).tolist()
+    hit, add = h.rc_add
+    assert hit.tolist() == [True, True, True, True, False]  # flows into 5, 3, 5, 7 reduce; into 6 not
+    assert add.tolist() == [h.rc[1], h.rc[0], h.rc[1], h.rc[2]]
+
+
+@pytest.mark.parametrize("name", ["hierarchical", "double_binary_tree"])
+def test_critical_hops_are_each_flows_first_slowest_hop(bulk, name):
+    """The link that sets a flow's rate, found when asked, is the one a pass over all hops gives: the first hop
+    of the flow attaining its largest seconds per chunk (-1 and factor 1 for a flow without hops)."""
+    topo = bulk
+    simulate(name, topo, 1 << 20, mode="analytic")
+    staged = [v[1][0] for v in analytic._STAGES.values() if v[0] is topo]
+    assert staged
+    for hops in staged:
+        fidx, hl, F = hops.fidx, hops.hl, hops.src.size
+        for protocol in ("Simple", "LL"):
+            rc = analytic._round_cost(CostRules(topo, "float32", 1 << 20, protocol), 0, hops, 1, False)
+            crit = rc.crit_link.owner
+            at = np.flatnonzero(crit.per_hop == crit.coef[fidx])
+            first = at[np.r_[True, fidx[at][1:] != fidx[at][:-1]]]
+            want_link, want_factor = np.full(F, -1, np.int64), np.ones(F)
+            want_link[fidx[first]] = hl[first]
+            if crit.factors is not None:
+                want_factor[fidx[first]] = crit.factors[first]
+            assert [rc.crit_link[f] for f in range(F)] == want_link.tolist(), (name, protocol)
+            assert [rc.crit_factor[f] for f in range(F)] == want_factor.tolist(), (name, protocol)

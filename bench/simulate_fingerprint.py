@@ -65,7 +65,7 @@ def grid(quick: bool):
     for tname, topo in big:
         for name, params in cases:
             if name == "collnet_chain" and topo.world_size > 100_000:
-                continue  # its chains' rounds at 331,776 GPUs take more than this 24 GiB host's memory
+                continue  # its chains' rounds at 331,776 GPUs need more than 24 GiB of memory
             label = f"{tname}\tallreduce\t{name}{params or ''}"
             try:
                 res = sweep(name, topo, BIG_SIZES, mode="analytic", **params)

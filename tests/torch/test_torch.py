@@ -42,13 +42,22 @@ RTOL, ATOL = 1e-5, 1e-6
 FP16_RTOL, FP16_ATOL = 1e-3, 2e-4
 
 
-def launch(n: int, *argv: str, timeout: float = TIMEOUT) -> dict:
-    """`mpiexec -n n python argv...`, returning rank 0's RESULT line."""
+# torch's gloo process group sometimes aborts a process as it exits, after destroy_process_group and after the
+# run's results are written: std::terminate on a thread not joined at teardown (intermittent, in 2-rank FSDP2
+# runs; pytorch/pytorch#179291 discusses gloo's teardown at interpreter exit). A gloo
+# *reference* run is only there for its results, so that abort, and nothing else, is tolerated for it.
+GLOO_EXIT_ABORT = "terminate called without an active exception"
+
+
+def launch(n: int, *argv: str, timeout: float = TIMEOUT, reference: bool = False) -> dict:
+    """`mpiexec -n n python argv...`, returning rank 0's RESULT line (`reference`: a gloo run whose results
+    are compared with ours, GLOO_EXIT_ABORT tolerated once RESULT is printed)."""
     cmd, env = launcher.command(n, [sys.executable, *argv], timeout=timeout, env={
         "COLLECTIVES_TIMEOUT": "60", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore::FutureWarning"})
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 15, env=env, cwd=ROOT)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, (
+    exit_abort = reference and lines and proc.stderr.strip() == GLOO_EXIT_ABORT
+    assert (proc.returncode == 0 or exit_abort) and lines, (
         f"{' '.join(cmd)} exited {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}")
     return json.loads(lines[-1][len("RESULT "):])
 
@@ -92,7 +101,8 @@ def _ddp_weights(tmp_path, n: int, *extra: str) -> dict:
     weights = {}
     for backend in ("collectives", "gloo"):
         out = tmp_path / backend
-        result = launch(n, str(DDP_TRAIN), "--backend", backend, "--out", str(out), *extra)
+        result = launch(n, str(DDP_TRAIN), "--backend", backend, "--out", str(out), *extra,
+                        reference=backend == "gloo")
         assert result["world_size"] == n and np.isfinite(result["final_loss"])
         ranks = [torch.load(out / f"weights_rank{r}.pt") for r in range(n)]
         for r in range(1, n):  # every rank ends with bitwise the same model
@@ -132,7 +142,7 @@ def test_fsdp2_matches_gloo(tmp_path, n):
     results = {}
     for backend in ("collectives", "gloo"):
         out = tmp_path / backend
-        info = launch(n, str(FSDP2_TRAIN), "--backend", backend, "--out", str(out))
+        info = launch(n, str(FSDP2_TRAIN), "--backend", backend, "--out", str(out), reference=backend == "gloo")
         assert info["world_size"] == n and info["final_loss"] < info["first_loss"]
         results[backend] = torch.load(out / "fsdp2_result.pt")
     ours, theirs = results["collectives"], results["gloo"]

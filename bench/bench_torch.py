@@ -40,8 +40,12 @@ import sys
 import time
 
 import numpy as np
-import torch
-import torch.distributed as dist
+
+try:
+    import torch
+    import torch.distributed as dist
+except ImportError as exc:  # torch is an optional extra
+    sys.exit(f"bench_torch.py needs PyTorch's CPU build (docs/torch.md, 'Install'): {exc}")
 
 import collectives.torch as ct
 from collectives.transport.mpi_library import MPI

@@ -33,6 +33,17 @@ DTYPES = [np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.float32)]
 MPI_TYPES = {"int32": MPI.INT32_T, "int64": MPI.INT64_T, "float32": MPI.FLOAT}
 
 
+def random_input(dtype: np.dtype, n: int, seed: int) -> np.ndarray:
+    """n elements: integers in [-100, 100) for integer dtypes, standard normal values otherwise."""
+    rng = np.random.default_rng(seed)
+    return (rng.integers(-100, 100, n) if dtype.kind == "i" else rng.standard_normal(n)).astype(dtype)
+
+
+def sum_error_bound(mpi, x: np.ndarray, p: int) -> np.ndarray:
+    """Per element, how far a float32 sum of the p ranks' x in another order may be from MPI's: p * eps * sum|x|."""
+    return p * np.finfo(np.float32).eps * mpi.allreduce(np.abs(x).astype(np.float64), op=MPI.SUM)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--domains", required=True, help="JSON: ranks_per_domain for collectives.init")
@@ -53,8 +64,7 @@ def main() -> int:
         for dtype in DTYPES:
             for count in args.counts:
                 cases += 1
-                rng = np.random.default_rng(1000 * rank + count)
-                x = (rng.integers(-100, 100, count) if dtype.kind == "i" else rng.standard_normal(count)).astype(dtype)
+                x = random_input(dtype, count, 1000 * rank + count)
                 try:
                     got = comm.allreduce(x, algorithm=algorithm, **params)
                     ran = comm.last_choice.algorithm if comm.last_choice is not None else None
@@ -68,7 +78,7 @@ def main() -> int:
                     if dtype.kind == "i":
                         ok = np.array_equal(got, ref)
                     else:  # float32 sums of p terms in another order: p * eps * sum(|x|)
-                        bound = p * np.finfo(np.float32).eps * mpi.allreduce(np.abs(x).astype(np.float64), op=MPI.SUM)
+                        bound = sum_error_bound(mpi, x, p)
                         ok = bool(np.all(np.abs(got.astype(np.float64) - ref) <= bound + 1e-30))
                     if not ok:
                         failures.append(f"{algorithm} {params} {dtype} n={count}: differs from MPI_Allreduce")
@@ -77,8 +87,7 @@ def main() -> int:
     for dtype in DTYPES:  # reduce_scatter: the core's allreduce, each extra's block back (algorithms/_uneven.py)
         for k in (1, 300):
             cases += 1
-            rng = np.random.default_rng(7 * rank + k)
-            x = (rng.integers(-100, 100, p * k) if dtype.kind == "i" else rng.standard_normal(p * k)).astype(dtype)
+            x = random_input(dtype, p * k, 7 * rank + k)
             try:
                 got = comm.reduce_scatter(x, algorithm="hierarchical")
                 ref = np.empty(k, dtype)
@@ -86,7 +95,7 @@ def main() -> int:
                 if dtype.kind == "i":
                     ok = np.array_equal(got, ref)
                 else:
-                    bound = p * np.finfo(np.float32).eps * mpi.allreduce(np.abs(x).astype(np.float64), op=MPI.SUM)
+                    bound = sum_error_bound(mpi, x, p)
                     ok = bool(np.all(np.abs(got.astype(np.float64) - ref) <= bound[rank * k:(rank + 1) * k] + 1e-30))
                 if not ok:
                     failures.append(f"hierarchical reduce_scatter {dtype} k={k}: differs from Reduce_scatter_block")
@@ -96,8 +105,7 @@ def main() -> int:
         for dtype in DTYPES:
             for k in (1, 300):
                 cases += 1
-                rng = np.random.default_rng(13 * rank + k)
-                x = (rng.integers(-100, 100, k) if dtype.kind == "i" else rng.standard_normal(k)).astype(dtype)
+                x = random_input(dtype, k, 13 * rank + k)
                 try:
                     got = comm.allgather(x, algorithm="hierarchical", **params)
                     ref = np.empty(p * k, dtype)
@@ -109,8 +117,7 @@ def main() -> int:
     for dtype in DTYPES:  # hierarchical_alltoall(v): per-rank tables over the placed domains (_alltoall_placed.py)
         for k in (1, 300):
             cases += 1
-            rng = np.random.default_rng(11 * rank + k)
-            x = (rng.integers(-100, 100, p * k) if dtype.kind == "i" else rng.standard_normal(p * k)).astype(dtype)
+            x = random_input(dtype, p * k, 11 * rank + k)
             try:
                 got = comm.alltoall(x, algorithm="hierarchical_alltoall")
                 ref = np.empty_like(x)

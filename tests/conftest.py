@@ -7,7 +7,8 @@ found (MPICH, Open MPI, Intel MPI); its folder is put on sys.path so tests/mpi a
 
 Tests marked `any_mpi` check what differs between MPI libraries and launchers (attributes, error classes,
 shared windows, MPI's own collectives, MPMD syntax, launcher flags, exit statuses, MPI_Abort):
-`pytest tests/mpi -m any_mpi` is the part of the MPI tests that CI runs on its second MPI (.ci/run).
+`pytest tests/mpi -m any_mpi` is a short check of another MPI (CI runs all of tests/mpi on MPICH and on Open
+MPI, .ci/run).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ sys.path.insert(0, str(HERE / "mpi"))
 
 
 def pytest_configure(config) -> None:
-    config.addinivalue_line("markers", "any_mpi: checks what differs between MPIs; CI runs it on every MPI")
+    config.addinivalue_line("markers", "any_mpi: checks what differs between MPIs: a short check of another MPI")
 
 
 def pytest_collection_modifyitems(config, items) -> None:

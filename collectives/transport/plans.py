@@ -34,7 +34,9 @@ from .progress import advance_others
 from .shm.executor import POLLS
 
 _IN_WORK, _IN_SCRATCH, _BROADCAST, _GATHER, _GENERAL = range(5)  # how run() binds a call's buffers
-SPIN_POLLS = 1024  # a blocking call of MPI's own collective polls this often before joining the queue
+# a blocking call of MPI's own collective polls this often before joining the queue; not at all when ranks share
+# cores: a flat-out spin keeps the core from the peer it waits for (the queue's wait yields on every poll)
+SPIN_POLLS = 1024
 
 
 class Plan:
@@ -302,7 +304,7 @@ class Plan:
         self.calls += 1
         launch = Launch(self, seq, x, out, None, started=False)
         try:
-            for _ in range(SPIN_POLLS):
+            for _ in range(0 if ctx.host.oversubscribed else SPIN_POLLS):
                 if launch.advance():
                     return launch.result
         except CallMismatchError as exc:

@@ -15,12 +15,7 @@ import numpy as np
 from ..schedule.ops import OpKind
 from ..schedule.phase import evaluate_slot
 from ..topology import TIERS
-from .hop_kernels import link_loads, path_attributes
 from .model import CostRules
-
-# rounds with at least this many hops take the compiled passes of hop_kernels.py (the same arrays; below it
-# numpy's calls cost less than entering them)
-COMPILED_HOPS = 4096
 
 
 def member_blocks(phase, world_size: int | None) -> list[np.ndarray] | None:
@@ -154,9 +149,6 @@ def _paths(rules: CostRules, src: np.ndarray, dst: np.ndarray) -> tuple:
         links = topo.path_links(src, dst)
         fidx, hidx = np.nonzero(links >= 0)
         hl = links[fidx, hidx]
-    if hl.size >= COMPILED_HOPS and hasattr(topo, "link_blocks"):  # the same arrays in one compiled pass
-        raw_bw, hop_lat, hop_tier, lat, starts = path_attributes(fidx, hl, *topo.link_blocks(), F)
-        return fidx, hl, raw_bw, hop_lat, hop_tier, lat, starts
     if not hl.size:
         raw_bw, hop_lat, hop_tier = np.zeros(0), np.zeros(0), np.zeros(0, np.int64)
     elif hasattr(topo, "link_attributes"):
@@ -230,13 +222,7 @@ def flow_hops(rules: CostRules, flows: tuple, cache: PathCache | None = None, sh
     topo = rules.topology
     fidx, hl, raw_bw, hop_lat, hop_tier, lat, starts = (cache.get if cache else
                                                         lambda r, a, b: _paths(r, a, b))(rules, src, dst)
-    net = None
-    if hl.size >= COMPILED_HOPS and 8 * hl.size >= topo.num_links and not (share and u.size and u.min() != u.max()):
-        # the loads, their busiest link, the tiers and the NIC crossings in two compiled passes (the same sums)
-        hop_load, load_coef, tier, net = link_loads(fidx, hl, u.astype(np.float64, copy=False), raw_bw, hop_tier,
-                                                    topo.num_links, len(TIERS), TIERS.index("nic"), F)
-        load_coef = float(load_coef)
-    elif hl.size:
+    if hl.size:
         uh = u[fidx]
         # chunks on each hop's link: over all links when the hops are many, over the links used when few
         # (the same sums, in the same order)
@@ -276,10 +262,9 @@ def flow_hops(rules: CostRules, flows: tuple, cache: PathCache | None = None, sh
     top = max(int(src.max()), int(dst.max())) if F else -1
     switch = bool(hl.size) and top >= rules.world_size
     fabric = switch and top >= rules.fabric_start
-    if net is None:
-        net = np.zeros(F, bool)
-        if hl.size:
-            net[fidx[hop_tier == TIERS.index("nic")]] = True
+    net = np.zeros(F, bool)
+    if hl.size:
+        net[fidx[hop_tier == TIERS.index("nic")]] = True
     return Hops(src, dst, fidx, hl, raw_bw, hop_lat, hop_load, lat, starts, load_coef, tier, rn, rc, rc_add, switch,
                  fabric, net, hop_tier=hop_tier, units=u)
 

@@ -314,21 +314,39 @@ def _stage_rounds(rules: CostRules, pi: int, rnd, info: dict, staged) -> list[Ro
     full, rows_all, flows_all, bounds, tier, kinds = memo
     if full.src.size == 0:
         return []
+    n = 1 if rnd.uniform else rnd.repeats
+    t = first + np.arange(n)
+    lo, hi = np.maximum(0, t - P + 1), np.minimum(t, S - 1)
+    busy = hi >= lo
+    lo_b, hi_b = np.where(busy, lo, 0), np.where(busy, hi + 1, 0)
+    # the busy stages' rows side by side (a few per stage: the max over them is the round's cost)
+    a, b = np.where(busy, bounds[lo_b], 0).tolist(), np.where(busy, bounds[hi_b], 0).tolist()
+    tiers, kind = _window_sums(tier, kinds, lo_b, hi_b, busy)
     out = []
-    its = [0] if rnd.uniform else range(rnd.repeats)
-    for it in its:
-        t = first + it
-        lo, hi = max(0, t - P + 1), min(t, S - 1)
-        # the busy stages' rows side by side (a few per stage: the max over them is the round's cost)
-        a, b = (int(bounds[lo]), int(bounds[hi + 1])) if hi >= lo else (0, 0)
+    for i in range(n):
         rc = RoundCost(pi, rnd.repeats if rnd.uniform else 1, rnd.uniform, full.src, full.dst, full.lat, full.coef,
-                       full.crit_link, full.crit_factor, full.red_node, full.red_coef,
-                       tier[lo:hi + 1].sum(axis=0) if hi >= lo else np.zeros(len(TIERS)), full.load_coef,
-                       rows_all[a:b], flows_all[a:b], full.recv_coef, full.red_flow, full.overlap, full.net,
-                       tuple(kinds[lo:hi + 1].any(axis=0).tolist()) if hi >= lo else (False, False),
-                       slots=rules.credit_slots, units=full.units)
+                       full.crit_link, full.crit_factor, full.red_node, full.red_coef, tiers[i], full.load_coef,
+                       rows_all[a[i]:b[i]], flows_all[a[i]:b[i]], full.recv_coef, full.red_flow, full.overlap,
+                       full.net, kind[i], slots=rules.credit_slots, units=full.units)
         out.append(rc)
     return out
+
+
+def _window_sums(tier: np.ndarray, kinds: np.ndarray, lo: np.ndarray, hi: np.ndarray, busy: np.ndarray
+                 ) -> tuple[np.ndarray, list]:
+    """Per round of a pipeline's pattern (its busy stages [lo, hi), none where not busy): the sum of the stages'
+    chunk-hops per tier, tier[lo:hi].sum(axis=0), and which step kinds they hold, kinds[lo:hi].any(axis=0),
+    for all rounds at once by prefix sums. Chunk-hops are whole numbers, whose sums are exact in any order
+    below 2**53; other values (never produced by the builders here) are summed slice by slice."""
+    if np.array_equal(tier, np.floor(tier)) and float(tier.sum()) < 2.0 ** 53:
+        cum = np.concatenate([np.zeros((1, tier.shape[1])), np.cumsum(tier, axis=0)])
+        tiers = np.where(busy[:, None], cum[hi] - cum[lo], 0.0)
+    else:
+        tiers = np.array([tier[x:y].sum(axis=0) if ok else np.zeros(tier.shape[1])
+                          for x, y, ok in zip(lo.tolist(), hi.tolist(), busy.tolist(), strict=True)])
+    counts = np.concatenate([np.zeros((1, kinds.shape[1]), np.int64), np.cumsum(kinds, axis=0)])
+    held = ((counts[hi] - counts[lo]) > 0) & busy[:, None]
+    return tiers, [tuple(row) for row in held.tolist()]
 
 
 def _has_fabric_switches(schedule, rules: CostRules) -> bool:

@@ -67,24 +67,26 @@ class Tree:
         first = np.searchsorted(owners, owners)
         children = np.full((n, max_children), -1, dtype=np.int64)
         children[owners, np.arange(kids.size) - first] = kids
-        # depth by pointer jumping: after step i, anc is the 2^i-th ancestor (-1 above the root) and depth counts
-        # the edges climbed so far: O(n lg depth)
-        depth = has_parent.astype(np.int64)  # distance to anc (the depth once anc = -1)
-        anc = parent.copy()
-        live = np.flatnonzero(anc >= 0)
-        while live.size:
-            up = anc[live]
-            depth[live] += depth[up]  # simultaneous: depth[up] of a live up is read before this step's writes
-            anc[live] = anc[up]
-            live = live[anc[live] >= 0]
-        # height: the levels bottom-up (children before parents), each node the max over its <= 2 children
+        # the levels top-down from the root (each the children of the one above): depth, and the order in which
+        # heights are computed, in O(n)
+        depth = np.zeros(n, dtype=np.int64)
+        levels = []
+        frontier = nodes[~has_parent]
+        while frontier.size:
+            depth[frontier] = len(levels)
+            levels.append(frontier)
+            below = children[frontier].ravel()
+            frontier = below[below >= 0]
+        assert sum(level.size for level in levels) == n, "every node hangs from the root"
+        # height: the levels bottom-up (children before parents), each node the max over its children
         height = np.zeros(n, dtype=np.int64)
-        order = np.argsort(depth, kind="stable")
-        bounds = np.searchsorted(depth[order], np.arange(int(depth.max(initial=0)) + 2))
-        for d in range(int(depth.max(initial=0)) - 1, -1, -1):
-            at = order[bounds[d]:bounds[d + 1]]
+        for at in reversed(levels[:-1]):
             ch = children[at]
-            height[at] = np.where(ch >= 0, height[np.maximum(ch, 0)] + 1, 0).max(axis=1)
+            top = np.zeros(at.size, dtype=np.int64)
+            for j in range(max_children):  # column by column: numpy's max over a short last axis is slow
+                c = ch[:, j]
+                top = np.maximum(top, np.where(c >= 0, height[np.maximum(c, 0)] + 1, 0))
+            height[at] = top
         # the invariant the pipeline timing relies on: a child is strictly lower than its parent
         assert (height[kids] < height[owners]).all()
         return cls(parent, children, height, depth)

@@ -204,7 +204,10 @@ def _freeze(value):
         return repr(value)
 
 
-def _round_cost(rules: CostRules, pi: int, h: Hops, repeats: int, collapsed: bool) -> RoundCost:
+def _round_cost(rules: CostRules, pi: int, h: Hops, repeats: int, collapsed: bool, sharing: bool = True
+                ) -> RoundCost:
+    """The round's costs under `rules`; `sharing=False`: without the per-hop bandwidths that sharing over time
+    reads (a pipeline's stages, priced in the bulk model only, never share over time)."""
     src, dst, fidx, hl = h.src, h.dst, h.fidx, h.hl
     F = src.size
     if rules.efficiency != 1.0 and not h.switch:
@@ -216,7 +219,8 @@ def _round_cost(rules: CostRules, pi: int, h: Hops, repeats: int, collapsed: boo
         return RoundCost(pi, repeats, collapsed, src, dst, base.lat, coef, base.crit_link, base.crit_factor,
                          base.red_node, base.red_coef, base.tier_chunks, base.load_coef / rules.efficiency, None,
                          None, rc_flow, base.red_flow, rules.overlap_reduce, h.net, slots=rules.credit_slots,
-                         units=h.units, hops=h, hop_bw=None if base.hop_bw is None else base.hop_bw * rules.efficiency)
+                         units=h.units, hops=h,
+                         hop_bw=None if base.hop_bw is None or not sharing else base.hop_bw * rules.efficiency)
     memo = h.costs.get(rules.key)
     if memo is not None and memo.repeats == repeats and memo.phase == pi:
         return memo
@@ -307,7 +311,7 @@ def _stage_rounds(rules: CostRules, pi: int, rnd, info: dict, staged) -> list[Ro
     memo_key = ("stages", rules.key, rules.efficiency, S)
     memo = hops.costs.get(memo_key)
     if memo is None:
-        full = _round_cost(rules, pi, hops, 1, False)
+        full = _round_cost(rules, pi, hops, 1, False, sharing=False)
         groups = stage_groups(rules, hops, lag, S)
         memo = (full, *stage_frontiers(groups, full.recv_coef, S), groups.tiers, groups.kinds)
         hops.costs[memo_key] = memo

@@ -290,6 +290,9 @@ def pipelined_phase(name: str, nodes: np.ndarray, table: ChunkTable, lanes: list
             _, count = ln.chunks(np.zeros(ln.size, np.int64), np.arange(ln.size))
             count = np.broadcast_to(count, ln.members.shape)
             some = count > 0
+            if some.all():  # every member moves chunks (the usual case): the arrays as they are
+                out.append((ln.kind(-1, 0).kind, ln.members, ln.peers, ln.lags, count))
+                continue
             out.append((ln.kind(-1, 0).kind, ln.members[some], ln.peers[some], ln.lags[some], count[some]))
         return out
 

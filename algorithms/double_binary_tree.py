@@ -244,16 +244,34 @@ def nccl_trees(topology, channels: int) -> list[Tree]:
     domain_trees = double_binary_tree(D)
     if getattr(topology, "placed", False):
         return _placed_nccl_trees(topology, channels, domain_trees)
-    out = []
     d = np.repeat(np.arange(D, dtype=np.int64), G)
     j = np.tile(np.arange(G, dtype=np.int64), D)
-    for c in range(channels):
+
+    def channel_tree(c: int) -> Tree:
         tr = domain_trees[c % 2]
         h = (c // 2) % G
         q = (j - h) % G  # position in the domain's chain, head first
         parent = np.where(q > 0, d * G + (j - 1) % G, np.where(tr.parent[d] >= 0, tr.parent[d] * G + h, -1))
-        out.append(Tree.from_parents(parent, max_children=3))
+        return Tree.from_parents(parent, max_children=3)
+
+    # a channel's tree depends on its domain tree and head only: the builds of several channel counts (NCCL's
+    # fewer channels for small calls) share them
+    known = _CHANNEL_TREES.get(id(topology))
+    if known is None or known[0] is not topology:
+        if len(_CHANNEL_TREES) >= 4:
+            _CHANNEL_TREES.pop(next(iter(_CHANNEL_TREES)))
+        known = _CHANNEL_TREES[id(topology)] = (topology, {})
+    trees = known[1]
+    out = []
+    for c in range(channels):
+        key = (c % 2, (c // 2) % G)
+        if key not in trees:
+            trees[key] = channel_tree(c)
+        out.append(trees[key])
     return out
+
+
+_CHANNEL_TREES: dict[int, tuple] = {}  # per topology (a few): NCCL's tree of each (domain tree, head)
 
 
 def _placed_nccl_trees(topology, channels: int, domain_trees: list[Tree]) -> list[Tree]:

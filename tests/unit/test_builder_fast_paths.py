@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from collectives.algorithms import _pipeline
 from collectives.algorithms.double_binary_tree import Tree, btree_parents, double_binary_tree, nccl_trees
 from collectives.algorithms.sharp import build_forest
+
 from collectives.topology import preset
 
 

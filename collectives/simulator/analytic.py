@@ -236,7 +236,8 @@ def _round_cost(rules: CostRules, pi: int, h: Hops, repeats: int, collapsed: boo
     coef = np.zeros(F)
     per_hop = np.zeros(0)
     if hl.size:
-        per_hop = h.hop_load / bw
+        # at the links' raw rates the ratios flow_hops computed for the busiest link (the same divisions)
+        per_hop = h.raw_per_hop if factor is None and h.raw_per_hop is not None else h.hop_load / bw
         starts = h.starts
         rows = fidx[starts]
         best = np.maximum.reduceat(per_hop, starts)

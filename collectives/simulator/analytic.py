@@ -285,13 +285,16 @@ def _stage_hops(rules: CostRules, phase, info: dict):
     hit = _STAGES.get(key)
     if hit is not None and hit[0] is rules.topology and hit[2] is info["lanes"]:  # ids are reused: check objects
         return hit[1]
-    groups = phase.groups
+    node = phase.groups[0]
+    # members numbered as their nodes (a pipeline over all nodes in order): members stand for themselves
+    same = node.dtype == np.int64 and np.array_equal(node, np.arange(node.size))
+    of = (lambda m: m) if same else (lambda m: node[m])  # noqa: E731
     srcs, dsts, units, lags, rn, ru = [], [], [], [], [], []
     for kind, m, peer, lag, n in info["stages"]():
         if kind == OpKind.SEND:
-            srcs.append(groups[0, m]), dsts.append(groups[0, peer]), units.append(n), lags.append(lag)
+            srcs.append(of(m)), dsts.append(of(peer)), units.append(n), lags.append(lag)
         elif kind == OpKind.RECV_REDUCE:
-            rn.append(groups[0, m]), ru.append(n)
+            rn.append(of(m)), ru.append(n)
     cat = lambda xs, dt: np.concatenate(xs).astype(dt, copy=False) if xs else np.zeros(0, dt)  # noqa: E731
     flows = (cat(srcs, np.int64), cat(dsts, np.int64), cat(units, np.float64), cat(rn, np.int64),
              cat(ru, np.float64))

@@ -159,3 +159,58 @@ def test_stage_rounds_tiers_are_their_busy_stages(bulk, name):
         assert rc.tier_chunks.tolist() == groups.tiers[lo:hi + 1].sum(axis=0).tolist(), (name, t)
         assert rc.step_kinds == tuple(groups.kinds[lo:hi + 1].any(axis=0).tolist()), (name, t)
         t += rc.repeats
+
+
+def _huge_page_advice():
+    for module in (getattr(np, "_core", None), getattr(np, "core", None)):
+        get = getattr(getattr(module, "multiarray", None), "_get_madvise_hugepage", None)
+        if get is not None:
+            return bool(get())
+    pytest.skip("this numpy has no huge-page advice")
+
+
+def test_ordinary_pages_switch_the_advice_off_and_back():
+    from collectives.simulator.pages import ordinary_pages
+
+    before = _huge_page_advice()
+    with ordinary_pages():
+        assert _huge_page_advice() is False
+        with ordinary_pages():  # nested: still off, and still off after the inner block
+            assert _huge_page_advice() is False
+        assert _huge_page_advice() is False
+        with ordinary_pages(enabled=False):
+            assert _huge_page_advice() is False
+    assert _huge_page_advice() is before
+    with ordinary_pages(enabled=False):
+        assert _huge_page_advice() is before
+
+
+@pytest.fixture
+def advice_on():
+    """numpy's huge-page advice on (its Linux default), as it was afterwards."""
+    from collectives.simulator import pages
+
+    _huge_page_advice()
+    before = pages._SET_ADVICE(True)
+    yield
+    pages._SET_ADVICE(before)
+
+
+def test_the_engine_costs_huge_clusters_without_huge_page_advice(bulk, advice_on, monkeypatch):
+    """Above the dataflow limit (every cluster here, as at 331,776 GPUs) the engine builds and costs with the
+    advice off, and leaves it on as it found it; below the limit it leaves the advice alone."""
+    seen = []
+    structure = analytic.structure
+
+    def spy(schedule, rules):
+        seen.append(_huge_page_advice())
+        return structure(schedule, rules)
+
+    monkeypatch.setattr(analytic, "structure", spy)
+    simulate("double_binary_tree", bulk, 1 << 20, mode="analytic")
+    assert seen and not any(seen)
+    assert _huge_page_advice() is True
+    monkeypatch.setattr(analytic, "DATAFLOW_MAX_NODES", 1 << 30)
+    seen.clear()
+    simulate("double_binary_tree", preset("gb200-nvl72", racks=2, gpus_per_domain=4), 1 << 20, mode="analytic")
+    assert seen and all(seen)

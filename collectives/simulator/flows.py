@@ -281,11 +281,23 @@ def group_values(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     (the same arrays as np.unique's; many distinct values take np.unique itself)."""
     if x.size < 4096:
         return np.unique(x, return_inverse=True)
+    # a round's latencies are one array for every protocol (and the rounds that share its flows): grouped once
+    hit = _GROUPS.get(id(x))
+    if hit is not None and hit[0] is x:
+        return hit[1]
     values = np.unique(x, sorted=False)
     if values.size > FEW_VALUES:
-        return np.unique(x, return_inverse=True)
-    values = np.sort(values)
-    return values, np.searchsorted(values, x)
+        out = np.unique(x, return_inverse=True)
+    else:
+        values = np.sort(values)
+        out = values, np.searchsorted(values, x)
+    if len(_GROUPS) >= 16:
+        _GROUPS.pop(next(iter(_GROUPS)))
+    _GROUPS[id(x)] = (x, out)
+    return out
+
+
+_GROUPS: dict[int, tuple] = {}  # group_values of large arrays, by identity (the arrays are never written to)
 
 
 class CriticalHops:

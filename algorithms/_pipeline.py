@@ -68,13 +68,25 @@ def lane(kind: Callable, members, peers, lags, chunks: ChunkRange, period: int =
     keep = np.flatnonzero(peers >= 0)
     kept = members[keep]
     # the members in increasing order (stable); most lanes list them so already, which a check sees in one pass
-    order = keep if kept.size < 2 or bool((kept[1:] >= kept[:-1]).all()) else \
-        keep[np.argsort(kept, kind="stable")]
+    order = keep if kept.size < 2 or bool((kept[1:] >= kept[:-1]).all()) else keep[_member_order(kept)]
 
     def remapped(piece, at, order=order):
         return chunks(piece, order[at])
 
     return Lane(kind, members[order], peers[order], lags[order], remapped, int(period))
+
+
+def _member_order(members: np.ndarray) -> np.ndarray:
+    """np.argsort(members, kind="stable"); distinct non-negative members (a replicated lane's, listed replica by
+    replica) by scattering each to its value's slot, in linear time (the same permutation: keys are distinct)."""
+    top = int(members.max())
+    if int(members.min()) >= 0 and top < 4 * members.size + 1024:
+        slot = np.full(top + 1, -1, np.int64)
+        slot[members] = np.arange(members.size)
+        order = slot[slot >= 0]
+        if order.size == members.size:  # no member listed twice
+            return order
+    return np.argsort(members, kind="stable")
 
 
 def _stable_order(keys: np.ndarray) -> np.ndarray:
@@ -290,6 +302,9 @@ def pipelined_phase(name: str, nodes: np.ndarray, table: ChunkTable, lanes: list
             _, count = ln.chunks(np.zeros(ln.size, np.int64), np.arange(ln.size))
             count = np.broadcast_to(count, ln.members.shape)
             some = count > 0
+            if some.all():  # every member moves chunks (the usual case): the arrays as they are
+                out.append((ln.kind(-1, 0).kind, ln.members, ln.peers, ln.lags, count))
+                continue
             out.append((ln.kind(-1, 0).kind, ln.members[some], ln.peers[some], ln.lags[some], count[some]))
         return out
 

@@ -67,24 +67,26 @@ class Tree:
         first = np.searchsorted(owners, owners)
         children = np.full((n, max_children), -1, dtype=np.int64)
         children[owners, np.arange(kids.size) - first] = kids
-        # depth by pointer jumping: after step i, anc is the 2^i-th ancestor (-1 above the root) and depth counts
-        # the edges climbed so far: O(n lg depth)
-        depth = has_parent.astype(np.int64)  # distance to anc (the depth once anc = -1)
-        anc = parent.copy()
-        live = np.flatnonzero(anc >= 0)
-        while live.size:
-            up = anc[live]
-            depth[live] += depth[up]  # simultaneous: depth[up] of a live up is read before this step's writes
-            anc[live] = anc[up]
-            live = live[anc[live] >= 0]
-        # height: the levels bottom-up (children before parents), each node the max over its <= 2 children
+        # the levels top-down from the root (each the children of the one above): depth, and the order in which
+        # heights are computed, in O(n)
+        depth = np.zeros(n, dtype=np.int64)
+        levels = []
+        frontier = nodes[~has_parent]
+        while frontier.size:
+            depth[frontier] = len(levels)
+            levels.append(frontier)
+            below = children[frontier].ravel()
+            frontier = below[below >= 0]
+        assert sum(level.size for level in levels) == n, "every node hangs from the root"
+        # height: the levels bottom-up (children before parents), each node the max over its children
         height = np.zeros(n, dtype=np.int64)
-        order = np.argsort(depth, kind="stable")
-        bounds = np.searchsorted(depth[order], np.arange(int(depth.max(initial=0)) + 2))
-        for d in range(int(depth.max(initial=0)) - 1, -1, -1):
-            at = order[bounds[d]:bounds[d + 1]]
+        for at in reversed(levels[:-1]):
             ch = children[at]
-            height[at] = np.where(ch >= 0, height[np.maximum(ch, 0)] + 1, 0).max(axis=1)
+            top = np.zeros(at.size, dtype=np.int64)
+            for j in range(max_children):  # column by column: numpy's max over a short last axis is slow
+                c = ch[:, j]
+                top = np.maximum(top, np.where(c >= 0, height[np.maximum(c, 0)] + 1, 0))
+            height[at] = top
         # the invariant the pipeline timing relies on: a child is strictly lower than its parent
         assert (height[kids] < height[owners]).all()
         return cls(parent, children, height, depth)
@@ -242,16 +244,34 @@ def nccl_trees(topology, channels: int) -> list[Tree]:
     domain_trees = double_binary_tree(D)
     if getattr(topology, "placed", False):
         return _placed_nccl_trees(topology, channels, domain_trees)
-    out = []
     d = np.repeat(np.arange(D, dtype=np.int64), G)
     j = np.tile(np.arange(G, dtype=np.int64), D)
-    for c in range(channels):
+
+    def channel_tree(c: int) -> Tree:
         tr = domain_trees[c % 2]
         h = (c // 2) % G
         q = (j - h) % G  # position in the domain's chain, head first
         parent = np.where(q > 0, d * G + (j - 1) % G, np.where(tr.parent[d] >= 0, tr.parent[d] * G + h, -1))
-        out.append(Tree.from_parents(parent, max_children=3))
+        return Tree.from_parents(parent, max_children=3)
+
+    # a channel's tree depends on its domain tree and head only: the builds of several channel counts (NCCL's
+    # fewer channels for small calls) share them
+    known = _CHANNEL_TREES.get(id(topology))
+    if known is None or known[0] is not topology:
+        if len(_CHANNEL_TREES) >= 4:
+            _CHANNEL_TREES.pop(next(iter(_CHANNEL_TREES)))
+        known = _CHANNEL_TREES[id(topology)] = (topology, {})
+    trees = known[1]
+    out = []
+    for c in range(channels):
+        key = (c % 2, (c // 2) % G)
+        if key not in trees:
+            trees[key] = channel_tree(c)
+        out.append(trees[key])
     return out
+
+
+_CHANNEL_TREES: dict[int, tuple] = {}  # per topology (a few): NCCL's tree of each (domain tree, head)
 
 
 def _placed_nccl_trees(topology, channels: int, domain_trees: list[Tree]) -> list[Tree]:

@@ -81,10 +81,17 @@ def build_forest(trees: list, nodes=None) -> Forest:
     members = np.concatenate([ranks, switches]) if nodes is None else np.asarray(nodes, np.int64)
     node, tree, level, parent_node = [], [], [], []
     for ti, t in enumerate(trees):
-        parent_of = {}
-        for lv in t.levels:
-            for sw, kids in zip(lv.switches.tolist(), lv.children.tolist(), strict=True):
-                parent_of.update({c: sw for c in kids if c >= 0})
+        # each child node's parent switch, the last listed where a node is listed twice (as a dict built level
+        # by level, switch by switch would keep)
+        child = [np.asarray(lv.children, np.int64) for lv in t.levels]
+        owner = [np.broadcast_to(np.asarray(lv.switches, np.int64)[:, None], c.shape) for lv, c in
+                 zip(t.levels, child, strict=True)]
+        child = np.concatenate([c.ravel() for c in child]) if child else np.zeros(0, np.int64)
+        owner = np.concatenate([o.ravel() for o in owner]) if owner else np.zeros(0, np.int64)
+        listed = child >= 0
+        child, owner = child[listed], owner[listed]
+        by_child = np.argsort(child, kind="stable")
+        child, owner = child[by_child], owner[by_child]
         node.append(t.ranks)
         level.append(np.zeros(t.ranks.size, np.int64))
         for lv in t.levels:
@@ -92,7 +99,9 @@ def build_forest(trees: list, nodes=None) -> Forest:
             level.append(np.full(lv.switches.size, lv.level, np.int64))
         n = np.concatenate(node[-1 - len(t.levels):])
         tree.append(np.full(n.size, ti, np.int64))
-        parent_node.append(np.array([parent_of.get(x, -1) for x in n.tolist()], np.int64))
+        at = np.searchsorted(child, n, side="right") - 1  # the last entry of n's node, if listed
+        found = (at >= 0) & (child[np.maximum(at, 0)] == n) if child.size else np.zeros(n.size, bool)
+        parent_node.append(np.where(found, owner[np.maximum(at, 0)] if child.size else -1, -1).astype(np.int64))
     node, tree, level, parent_node = (np.concatenate(x) for x in (node, tree, level, parent_node))
     member = np.searchsorted(members, node)
     # a vertex's parent: the vertex of the parent node in the same tree

@@ -204,7 +204,10 @@ def _freeze(value):
         return repr(value)
 
 
-def _round_cost(rules: CostRules, pi: int, h: Hops, repeats: int, collapsed: bool) -> RoundCost:
+def _round_cost(rules: CostRules, pi: int, h: Hops, repeats: int, collapsed: bool, sharing: bool = True
+                ) -> RoundCost:
+    """The round's costs under `rules`; `sharing=False`: without the per-hop bandwidths that sharing over time
+    reads (a pipeline's stages, priced in the bulk model only, never share over time)."""
     src, dst, fidx, hl = h.src, h.dst, h.fidx, h.hl
     F = src.size
     if rules.efficiency != 1.0 and not h.switch:
@@ -216,7 +219,8 @@ def _round_cost(rules: CostRules, pi: int, h: Hops, repeats: int, collapsed: boo
         return RoundCost(pi, repeats, collapsed, src, dst, base.lat, coef, base.crit_link, base.crit_factor,
                          base.red_node, base.red_coef, base.tier_chunks, base.load_coef / rules.efficiency, None,
                          None, rc_flow, base.red_flow, rules.overlap_reduce, h.net, slots=rules.credit_slots,
-                         units=h.units, hops=h, hop_bw=None if base.hop_bw is None else base.hop_bw * rules.efficiency)
+                         units=h.units, hops=h,
+                         hop_bw=None if base.hop_bw is None or not sharing else base.hop_bw * rules.efficiency)
     memo = h.costs.get(rules.key)
     if memo is not None and memo.repeats == repeats and memo.phase == pi:
         return memo
@@ -232,7 +236,8 @@ def _round_cost(rules: CostRules, pi: int, h: Hops, repeats: int, collapsed: boo
     coef = np.zeros(F)
     per_hop = np.zeros(0)
     if hl.size:
-        per_hop = h.hop_load / bw
+        # at the links' raw rates the ratios flow_hops computed for the busiest link (the same divisions)
+        per_hop = h.raw_per_hop if factor is None and h.raw_per_hop is not None else h.hop_load / bw
         starts = h.starts
         rows = fidx[starts]
         best = np.maximum.reduceat(per_hop, starts)
@@ -280,13 +285,16 @@ def _stage_hops(rules: CostRules, phase, info: dict):
     hit = _STAGES.get(key)
     if hit is not None and hit[0] is rules.topology and hit[2] is info["lanes"]:  # ids are reused: check objects
         return hit[1]
-    groups = phase.groups
+    node = phase.groups[0]
+    # members numbered as their nodes (a pipeline over all nodes in order): members stand for themselves
+    same = node.dtype == np.int64 and np.array_equal(node, np.arange(node.size))
+    of = (lambda m: m) if same else (lambda m: node[m])  # noqa: E731
     srcs, dsts, units, lags, rn, ru = [], [], [], [], [], []
     for kind, m, peer, lag, n in info["stages"]():
         if kind == OpKind.SEND:
-            srcs.append(groups[0, m]), dsts.append(groups[0, peer]), units.append(n), lags.append(lag)
+            srcs.append(of(m)), dsts.append(of(peer)), units.append(n), lags.append(lag)
         elif kind == OpKind.RECV_REDUCE:
-            rn.append(groups[0, m]), ru.append(n)
+            rn.append(of(m)), ru.append(n)
     cat = lambda xs, dt: np.concatenate(xs).astype(dt, copy=False) if xs else np.zeros(0, dt)  # noqa: E731
     flows = (cat(srcs, np.int64), cat(dsts, np.int64), cat(units, np.float64), cat(rn, np.int64),
              cat(ru, np.float64))
@@ -307,28 +315,46 @@ def _stage_rounds(rules: CostRules, pi: int, rnd, info: dict, staged) -> list[Ro
     memo_key = ("stages", rules.key, rules.efficiency, S)
     memo = hops.costs.get(memo_key)
     if memo is None:
-        full = _round_cost(rules, pi, hops, 1, False)
+        full = _round_cost(rules, pi, hops, 1, False, sharing=False)
         groups = stage_groups(rules, hops, lag, S)
         memo = (full, *stage_frontiers(groups, full.recv_coef, S), groups.tiers, groups.kinds)
         hops.costs[memo_key] = memo
     full, rows_all, flows_all, bounds, tier, kinds = memo
     if full.src.size == 0:
         return []
+    n = 1 if rnd.uniform else rnd.repeats
+    t = first + np.arange(n)
+    lo, hi = np.maximum(0, t - P + 1), np.minimum(t, S - 1)
+    busy = hi >= lo
+    lo_b, hi_b = np.where(busy, lo, 0), np.where(busy, hi + 1, 0)
+    # the busy stages' rows side by side (a few per stage: the max over them is the round's cost)
+    a, b = np.where(busy, bounds[lo_b], 0).tolist(), np.where(busy, bounds[hi_b], 0).tolist()
+    tiers, kind = _window_sums(tier, kinds, lo_b, hi_b, busy)
     out = []
-    its = [0] if rnd.uniform else range(rnd.repeats)
-    for it in its:
-        t = first + it
-        lo, hi = max(0, t - P + 1), min(t, S - 1)
-        # the busy stages' rows side by side (a few per stage: the max over them is the round's cost)
-        a, b = (int(bounds[lo]), int(bounds[hi + 1])) if hi >= lo else (0, 0)
+    for i in range(n):
         rc = RoundCost(pi, rnd.repeats if rnd.uniform else 1, rnd.uniform, full.src, full.dst, full.lat, full.coef,
-                       full.crit_link, full.crit_factor, full.red_node, full.red_coef,
-                       tier[lo:hi + 1].sum(axis=0) if hi >= lo else np.zeros(len(TIERS)), full.load_coef,
-                       rows_all[a:b], flows_all[a:b], full.recv_coef, full.red_flow, full.overlap, full.net,
-                       tuple(kinds[lo:hi + 1].any(axis=0).tolist()) if hi >= lo else (False, False),
-                       slots=rules.credit_slots, units=full.units)
+                       full.crit_link, full.crit_factor, full.red_node, full.red_coef, tiers[i], full.load_coef,
+                       rows_all[a[i]:b[i]], flows_all[a[i]:b[i]], full.recv_coef, full.red_flow, full.overlap,
+                       full.net, kind[i], slots=rules.credit_slots, units=full.units)
         out.append(rc)
     return out
+
+
+def _window_sums(tier: np.ndarray, kinds: np.ndarray, lo: np.ndarray, hi: np.ndarray, busy: np.ndarray
+                 ) -> tuple[np.ndarray, list]:
+    """Per round of a pipeline's pattern (its busy stages [lo, hi), none where not busy): the sum of the stages'
+    chunk-hops per tier, tier[lo:hi].sum(axis=0), and which step kinds they hold, kinds[lo:hi].any(axis=0),
+    for all rounds at once by prefix sums. Chunk-hops are whole numbers, whose sums are exact in any order
+    below 2**53; other values (never produced by the builders here) are summed slice by slice."""
+    if np.array_equal(tier, np.floor(tier)) and float(tier.sum()) < 2.0 ** 53:
+        cum = np.concatenate([np.zeros((1, tier.shape[1])), np.cumsum(tier, axis=0)])
+        tiers = np.where(busy[:, None], cum[hi] - cum[lo], 0.0)
+    else:
+        tiers = np.array([tier[x:y].sum(axis=0) if ok else np.zeros(tier.shape[1])
+                          for x, y, ok in zip(lo.tolist(), hi.tolist(), busy.tolist(), strict=True)])
+    counts = np.concatenate([np.zeros((1, kinds.shape[1]), np.int64), np.cumsum(kinds, axis=0)])
+    held = ((counts[hi] - counts[lo]) > 0) & busy[:, None]
+    return tiers, [tuple(row) for row in held.tolist()]
 
 
 def _has_fabric_switches(schedule, rules: CostRules) -> bool:

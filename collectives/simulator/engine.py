@@ -21,6 +21,7 @@ from ..topology.runtime import SIMPLE_ONLY
 from . import analytic, event
 from .latency import latency_class, step_depth
 from .model import CostRules, itemsize
+from .pages import ordinary_pages
 from .result import PhaseTime, SimulationResult
 
 MODES = ("auto", "event", "analytic")
@@ -127,6 +128,19 @@ def run(algorithm, topology, nbytes: int | None = None, collective: str = "allre
                          "(collectives.simulate does)")
     check_call(nbytes, dtype, op, algorithm.collective if isinstance(algorithm, Schedule) else collective)
     topology = resolve_topology(topology)
+    with ordinary_pages(huge(topology)):
+        return _run(algorithm, topology, nbytes, collective, dtype, mode, op, root, reason, protocol, trace, params)
+
+
+def huge(topology) -> bool:
+    """Whether `topology` is above the analytic model's dataflow limit (its arrays run to millions of
+    elements: pages.ordinary_pages applies)."""
+    return int(getattr(topology, "num_nodes", 0)) > analytic.DATAFLOW_MAX_NODES
+
+
+def _run(algorithm, topology, nbytes, collective: str, dtype, mode: str, op: str, root, reason: str, protocol,
+         trace: bool, params: dict) -> SimulationResult:
+    """`run` on a resolved topology, its arguments checked."""
     runtime = getattr(topology, "runtime", None)
     if protocol is not None and runtime is None:
         raise ValueError(f"protocol {protocol!r} needs a cluster that runs NCCL's runtime; {topology.name!r} has none "
@@ -294,11 +308,12 @@ def sweep(algorithm: str, topology, sizes, collective: str = "allreduce", dtype=
     topology = resolve_topology(topology)
     out: list[SimulationResult] = []
     sizes = [int(s) for s in sizes]
-    for i, n in enumerate(sizes):
-        out.append(run(algorithm, topology, n, collective=collective, dtype=dtype, mode=mode, op=op, root=root,
-                       **params))
-        if progress is not None:
-            progress(i + 1, len(sizes))
+    with ordinary_pages(huge(topology)):
+        for i, n in enumerate(sizes):
+            out.append(run(algorithm, topology, n, collective=collective, dtype=dtype, mode=mode, op=op, root=root,
+                           **params))
+            if progress is not None:
+                progress(i + 1, len(sizes))
     return out
 
 

@@ -134,6 +134,7 @@ class Hops:
     costs: dict = field(default_factory=dict)  # full-rate RoundCosts by rules.key, shared by the protocols
     hop_tier: np.ndarray = None  # tier of each used hop
     units: np.ndarray = None  # chunks of each flow
+    raw_per_hop: np.ndarray | None = None  # hop_load / raw_bw (None where hop_load is a shared_load)
 
 
 def _paths(rules: CostRules, src: np.ndarray, dst: np.ndarray) -> tuple:
@@ -232,12 +233,14 @@ def flow_hops(rules: CostRules, flows: tuple, cache: PathCache | None = None, sh
             _, inv = np.unique(hl, return_inverse=True)
             hop_load = np.bincount(inv, weights=uh)[inv]
         # the busiest link: a maximum over the hops is one over the links carrying anything
-        load_coef = float((hop_load / raw_bw).max())
+        raw_per_hop = hop_load / raw_bw
+        load_coef = float(raw_per_hop.max())
         if share and uh.size and uh.min() != uh.max():  # unequal flows: each leaves when its share is through
             hop_load = shared_load(hl, uh)
+            raw_per_hop = None
         tier = np.bincount(hop_tier, weights=uh, minlength=len(TIERS))[:len(TIERS)]
     else:
-        hop_load = np.zeros(0)
+        hop_load = raw_per_hop = np.zeros(0)
         load_coef = 0.0
         tier = np.zeros(len(TIERS))
     if rn.size:
@@ -266,7 +269,7 @@ def flow_hops(rules: CostRules, flows: tuple, cache: PathCache | None = None, sh
     if hl.size:
         net[fidx[hop_tier == TIERS.index("nic")]] = True
     return Hops(src, dst, fidx, hl, raw_bw, hop_lat, hop_load, lat, starts, load_coef, tier, rn, rc, rc_add, switch,
-                 fabric, net, hop_tier=hop_tier, units=u)
+                 fabric, net, hop_tier=hop_tier, units=u, raw_per_hop=raw_per_hop)
 
 
 FEW_VALUES = 64  # group_values: at most this many distinct values are located by binary search
@@ -278,11 +281,23 @@ def group_values(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     (the same arrays as np.unique's; many distinct values take np.unique itself)."""
     if x.size < 4096:
         return np.unique(x, return_inverse=True)
+    # a round's latencies are one array for every protocol (and the rounds that share its flows): grouped once
+    hit = _GROUPS.get(id(x))
+    if hit is not None and hit[0] is x:
+        return hit[1]
     values = np.unique(x, sorted=False)
     if values.size > FEW_VALUES:
-        return np.unique(x, return_inverse=True)
-    values = np.sort(values)
-    return values, np.searchsorted(values, x)
+        out = np.unique(x, return_inverse=True)
+    else:
+        values = np.sort(values)
+        out = values, np.searchsorted(values, x)
+    if len(_GROUPS) >= 16:
+        _GROUPS.pop(next(iter(_GROUPS)))
+    _GROUPS[id(x)] = (x, out)
+    return out
+
+
+_GROUPS: dict[int, tuple] = {}  # group_values of large arrays, by identity (the arrays are never written to)
 
 
 class CriticalHops:

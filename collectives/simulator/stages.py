@@ -76,10 +76,17 @@ def stage_frontiers(groups: StageGroups, per_byte: np.ndarray, S: int) -> tuple[
         return np.zeros((0, 2)), np.zeros(0, np.int64), np.zeros(S + 1, np.int64)
     vals = per_byte[groups.order]
     top = np.maximum.reduceat(vals, groups.starts)
-    # the first flow of each group attaining its maximum (frontier's choice: the lowest flow index)
-    hit = np.flatnonzero(vals == np.repeat(top, groups.sizes))
-    gid = np.searchsorted(groups.starts, hit, side="right") - 1
-    flow = groups.order[hit[np.r_[True, gid[1:] != gid[:-1]]]]
+    # the first flow of each group attaining its maximum (frontier's choice: the lowest flow index): the least
+    # position of a hit in each group (positions of misses count as past the end)
+    F = vals.size
+    at = np.where(vals == np.repeat(top, groups.sizes), np.arange(F), F)
+    first = np.minimum.reduceat(at, groups.starts)
+    if (first < F).all():
+        flow = groups.order[first]
+    else:  # a group without a hit (nan durations): its flows compared equal to none, as before
+        hit = np.flatnonzero(at < F)
+        gid = np.searchsorted(groups.starts, hit, side="right") - 1
+        flow = groups.order[hit[np.r_[True, gid[1:] != gid[:-1]]]]
     # per stage (its groups by increasing latency): drop the groups a later one dominates
     keep = np.ones(top.size, bool)
     for st in range(S):

@@ -26,6 +26,13 @@ TIERS: tuple[str, ...] = ("nvlink", "nic", "leaf-spine", "spine-core", "fabric-l
 TIER_CODE: dict[str, int] = {name: code for code, name in enumerate(TIERS)}
 
 
+def floor_divmod(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """np.divmod(x, k) of an integer array by a positive int, the same arrays: numpy divides by a scalar
+    quickly (libdivide) but its divmod and remainder do not, so the remainder is x - (x // k) * k."""
+    q = x // k
+    return q, x - q * k
+
+
 def as_index_array(x: object, name: str = "ids") -> np.ndarray:
     arr = np.asarray(x)
     if arr.dtype.kind not in "iu":

@@ -44,7 +44,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .base import TIER_CODE, Topology, _fmt_reduce, as_index_array
+from .base import TIER_CODE, Topology, _fmt_reduce, as_index_array, floor_divmod
 from .capabilities import SHARP_GENERATIONS, NvlsSpec, SharpSpec, nvls_derate
 from .cluster_links import ClusterLinks
 from .fattree import FatTree
@@ -243,14 +243,14 @@ class Cluster(ClusterLinks, ClusterSharpTrees, Topology):
 
     def _fabric_host(self, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(tree, host slot) of ranks' NICs."""
-        d, j = np.divmod(self._slots(r), self.G)
-        g, rail = np.divmod(j, self.R)
+        d, j = floor_divmod(self._slots(r), self.G)
+        g, rail = floor_divmod(j, self.R)
         e = d * self.per_rail_slot + g  # endpoint index within the rail
         if self.per_rail:
             return rail, e
         if not self.blocked:
             return np.zeros_like(r), rail * self.E + e
-        b, slot = np.divmod(e, self.H)
+        b, slot = floor_divmod(e, self.H)
         return np.zeros_like(r), (b * self.R + rail) * self.H + slot
 
     def _host_rank(self, tree: np.ndarray, host: np.ndarray) -> np.ndarray:

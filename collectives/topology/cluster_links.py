@@ -189,7 +189,7 @@ class ClusterLinks:
         offs = np.cumsum(count) - count
         hl = np.empty(int(count.sum()), np.int64)
         if other.size:
-            hl[offs[other]] = self.link_between(s[other], d[other])
+            hl[offs[other]] = self._adjacent_links(s[other], d[other], sd[other], dd[other])
         if intra.size:
             hl[offs[intra]] = s[intra]
             hl[offs[intra] + 1] = N + d[intra]
@@ -206,6 +206,27 @@ class ClusterLinks:
                 hl[base[on] + lv - 1] = self._cable_link(lv, ts[on], up[on, lv - 1], False)
                 hl[base[on] + 2 * a[on] - lv] = self._cable_link(lv, td[on], down[on, lv - 1], True)
         return np.repeat(np.arange(F, dtype=np.int64), count), hl
+
+    def _adjacent_links(self, s: np.ndarray, d: np.ndarray, sd: np.ndarray | None = None,
+                        dd: np.ndarray | None = None) -> np.ndarray:
+        """link_between(s, d), the pairs of a rank and its own domain switch (NVLS's messages: most of the
+        analytic simulator's pairs that are not two ranks) without link_between's general search; `sd`, `dd`:
+        _domains_of(s) and _domains_of(d), when known."""
+        N = self.world_size
+        sd = self._domains_of(s) if sd is None else sd
+        dd = self._domains_of(d) if dd is None else dd
+        up = (s < N) & (d == self.nvswitch_base + sd)  # rank -> its switch: the rank's link up
+        down = (d < N) & (s == self.nvswitch_base + dd)  # switch -> rank: the rank's link down
+        out = np.where(up, s, N + d)
+        rest = np.flatnonzero(~(up | down))
+        if rest.size:
+            out[rest] = self.link_between(s[rest], d[rest])
+        return out
+
+    def link_blocks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The links as blocks of consecutive ids with the same attributes: (first id, bandwidth, latency, tier)
+        of each block, in increasing ids (link l is in the last block starting at or below l)."""
+        return self._block_start, self._block_bw, self._block_lat, self._block_tier
 
     def link_attributes(self, links: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(link_bandwidth, link_latency, link_tier) of `links` in one lookup."""

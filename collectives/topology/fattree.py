@@ -145,18 +145,30 @@ class FatTree:
         dst = np.asarray(dst, dtype=np.int64)
         a = self.nca_level(src, dst)
         F = src.shape[0]
-        up = np.full((F, self.levels), -1, dtype=np.int64)
-        down = np.full((F, self.levels), -1, dtype=np.int64)
-        Y = np.zeros(F, dtype=np.int64)
+        # column by column (Fortran order), each level over the flows that climb to it only
+        up = np.full((F, self.levels), -1, dtype=np.int64, order="F")
+        down = np.full((F, self.levels), -1, dtype=np.int64, order="F")
+        act = np.flatnonzero(a >= 1)
+        s, d, top = src[act], dst[act], a[act]
+        Y = np.zeros(act.size, dtype=np.int64)
         for lv in range(1, self.levels + 1):
-            port = np.zeros(F, dtype=np.int64) if lv == 1 else (dst // self.D[lv]) % self.up[lv - 1]
-            lower_s = (src // self.M[lv - 1]) * self.W[lv - 1] + Y
-            lower_d = (dst // self.M[lv - 1]) * self.W[lv - 1] + Y
-            on = lv <= a
-            up[:, lv - 1] = np.where(on, lower_s * self.up[lv - 1] + port, -1)
-            down[:, lv - 1] = np.where(on, lower_d * self.up[lv - 1] + port, -1)
+            if not act.size:
+                break
+            # (dst // D) % up, the remainder as x - (x // up) * up (numpy's remainder by a scalar is slow)
+            port = np.zeros(act.size, dtype=np.int64) if lv == 1 else _remainder(d // self.D[lv], self.up[lv - 1])
+            lower_s = (s // self.M[lv - 1]) * self.W[lv - 1] + Y
+            lower_d = (d // self.M[lv - 1]) * self.W[lv - 1] + Y
+            up[act, lv - 1] = lower_s * self.up[lv - 1] + port
+            down[act, lv - 1] = lower_d * self.up[lv - 1] + port
             Y = Y * self.w[lv] + port // self.p[lv]
+            more = np.flatnonzero(top > lv)
+            act, s, d, top, Y = act[more], s[more], d[more], top[more], Y[more]
         return a, up, down
+
+
+def _remainder(x: np.ndarray, k: int) -> np.ndarray:
+    """x % k of non-negative integers x by a positive int k (the same array)."""
+    return x - (x // k) * k
 
 
 __all__ = ["MAX_LEVELS", "FatTree", "capacity", "levels_needed"]

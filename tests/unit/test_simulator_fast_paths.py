@@ -116,3 +116,101 @@ def test_critical_hops_are_each_flows_first_slowest_hop(bulk, name):
                 want_factor[fidx[first]] = crit.factors[first]
             assert [rc.crit_link[f] for f in range(F)] == want_link.tolist(), (name, protocol)
             assert [rc.crit_factor[f] for f in range(F)] == want_factor.tolist(), (name, protocol)
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_window_sums_are_each_rounds_slice(whole):
+    """A pipeline pattern's per-round tier sums and step kinds come from prefix sums over its stages: the sums
+    and `any` over each round's busy stages, exactly (whole chunk-hop counts; other values sum slice by slice)."""
+    rng = np.random.default_rng(3)
+    S = 40
+    tier = rng.integers(0, 10 ** 6, (S, 8)).astype(np.float64)
+    if not whole:
+        tier *= 0.1
+    kinds = rng.random((S, 2)) < 0.2
+    lo, hi = rng.integers(0, S, 300), rng.integers(0, S + 1, 300)
+    busy = hi > lo
+    lo, hi = np.where(busy, lo, 0), np.where(busy, hi, 0)
+    tiers, held = analytic._window_sums(tier, kinds, lo, hi, busy)
+    for i in range(lo.size):
+        want = tier[lo[i]:hi[i]].sum(axis=0) if busy[i] else np.zeros(8)
+        assert tiers[i].tolist() == want.tolist()
+        assert held[i] == (tuple(kinds[lo[i]:hi[i]].any(axis=0).tolist()) if busy[i] else (False, False))
+
+
+@pytest.mark.parametrize("name", ["double_binary_tree", "nvls_tree"])
+def test_stage_rounds_tiers_are_their_busy_stages(bulk, name):
+    """Every round of a pipeline in the bulk model carries the chunk-hops and step kinds of its busy stages."""
+    topo = bulk
+    nbytes = 4 << 20
+    count = count_for("allreduce", nbytes, topo.world_size, 4)
+    schedule = build_schedule(name, topo, "allreduce", count, "float32", "sum", None, "Simple")
+    rules = CostRules(topo, "float32", nbytes, "Simple")
+    st = analytic.structure(schedule, rules)
+    staged = [v[1] for v in analytic._STAGES.values() if v[0] is topo]
+    hops, lag = staged[-1]
+    S = int(lag.max()) + 1
+    groups = stages.stage_groups(rules, hops, lag, S)
+    P = int(schedule.params["chunks"])
+    t = 0
+    assert len(st.rounds) > 2
+    for rc in st.rounds:  # fill rounds one by one, the steady state once (from its first round), then drain
+        lo, hi = max(0, t - P + 1), min(t, S - 1)
+        assert rc.tier_chunks.tolist() == groups.tiers[lo:hi + 1].sum(axis=0).tolist(), (name, t)
+        assert rc.step_kinds == tuple(groups.kinds[lo:hi + 1].any(axis=0).tolist()), (name, t)
+        t += rc.repeats
+
+
+def _huge_page_advice():
+    for module in (getattr(np, "_core", None), getattr(np, "core", None)):
+        get = getattr(getattr(module, "multiarray", None), "_get_madvise_hugepage", None)
+        if get is not None:
+            return bool(get())
+    pytest.skip("this numpy has no huge-page advice")
+
+
+def test_ordinary_pages_switch_the_advice_off_and_back():
+    from collectives.simulator.pages import ordinary_pages
+
+    before = _huge_page_advice()
+    with ordinary_pages():
+        assert _huge_page_advice() is False
+        with ordinary_pages():  # nested: still off, and still off after the inner block
+            assert _huge_page_advice() is False
+        assert _huge_page_advice() is False
+        with ordinary_pages(enabled=False):
+            assert _huge_page_advice() is False
+    assert _huge_page_advice() is before
+    with ordinary_pages(enabled=False):
+        assert _huge_page_advice() is before
+
+
+@pytest.fixture
+def advice_on():
+    """numpy's huge-page advice on (its Linux default), as it was afterwards."""
+    from collectives.simulator import pages
+
+    _huge_page_advice()
+    before = pages._SET_ADVICE(True)
+    yield
+    pages._SET_ADVICE(before)
+
+
+def test_the_engine_costs_huge_clusters_without_huge_page_advice(bulk, advice_on, monkeypatch):
+    """Above the dataflow limit (every cluster here, as at 331,776 GPUs) the engine builds and costs with the
+    advice off, and leaves it on as it found it; below the limit it leaves the advice alone."""
+    seen = []
+    structure = analytic.structure
+
+    def spy(schedule, rules):
+        seen.append(_huge_page_advice())
+        return structure(schedule, rules)
+
+    monkeypatch.setattr(analytic, "structure", spy)
+    simulate("double_binary_tree", bulk, 1 << 20, mode="analytic")
+    assert seen and not any(seen)
+    assert _huge_page_advice() is True
+    monkeypatch.setattr(analytic, "DATAFLOW_MAX_NODES", 1 << 30)
+    seen.clear()
+    simulate("double_binary_tree", preset("gb200-nvl72", racks=2, gpus_per_domain=4), 1 << 20, mode="analytic")
+    assert seen and all(seen)

@@ -80,6 +80,60 @@ def test_hop_list_is_path_links_row_by_row(params):
     assert np.array_equal(hl, paths[rows, cols])
 
 
+def _route_every_level(tree, src, dst):
+    """FatTree.route's general form: every level computed for every flow, kept where the flow climbs to it."""
+    a = tree.nca_level(src, dst)
+    F = src.size
+    up = np.full((F, tree.levels), -1, dtype=np.int64)
+    down = np.full((F, tree.levels), -1, dtype=np.int64)
+    Y = np.zeros(F, dtype=np.int64)
+    for lv in range(1, tree.levels + 1):
+        port = np.zeros(F, dtype=np.int64) if lv == 1 else (dst // tree.D[lv]) % tree.up[lv - 1]
+        lower_s = (src // tree.M[lv - 1]) * tree.W[lv - 1] + Y
+        lower_d = (dst // tree.M[lv - 1]) * tree.W[lv - 1] + Y
+        on = lv <= a
+        up[:, lv - 1] = np.where(on, lower_s * tree.up[lv - 1] + port, -1)
+        down[:, lv - 1] = np.where(on, lower_d * tree.up[lv - 1] + port, -1)
+        Y = Y * tree.w[lv] + port // tree.p[lv]
+    return a, up, down
+
+
+@pytest.mark.parametrize("params", SMALL)
+def test_route_level_by_level_is_every_level_at_once(params):
+    """FatTree.route climbs each level over the flows that reach it only: the same cables as computing every
+    level for every flow (every pair of host slots, one to four levels)."""
+    tree = T.cluster(**params).tree
+    hosts = np.arange(tree.slots, dtype=np.int64)
+    s, d = (x.ravel() for x in np.meshgrid(hosts, hosts, indexing="ij"))
+    for got, want in zip(tree.route(s, d), _route_every_level(tree, s, d), strict=True):
+        assert np.array_equal(got, want)
+
+
+def test_floor_divmod_is_numpy_divmod():
+    from collectives.topology.base import floor_divmod
+
+    x = np.arange(-1000, 5000, 7, dtype=np.int64)
+    for k in (1, 3, 72, 4096):
+        q, r = floor_divmod(x, k)
+        want_q, want_r = np.divmod(x, k)
+        assert np.array_equal(q, want_q) and np.array_equal(r, want_r)
+
+
+@pytest.mark.parametrize("params", SMALL)
+def test_adjacent_links_are_link_between(params):
+    """hop_list's links between a rank and its own NVSwitch skip link_between's search: the same links, and
+    the other adjacent pairs (a rank and its leaf, a switch and its parent) still take link_between."""
+    c = T.cluster(**params)
+    ranks = np.arange(c.world_size)
+    nvs = c.nvswitch_of(ranks)
+    leaves = c.leaf_of(ranks)
+    ends = c.link_endpoints(np.arange(c.num_links))
+    fabric = (ends[0] >= c.fabric_base) & (ends[1] >= c.fabric_base)
+    s = np.concatenate([ranks, nvs, ranks, leaves, ends[0][fabric]])
+    d = np.concatenate([nvs, ranks, leaves, ranks, ends[1][fabric]])
+    assert np.array_equal(c._adjacent_links(s, d), c.link_between(s, d))
+
+
 @pytest.mark.parametrize("params", SMALL)
 def test_rank_mapping_and_leaves_are_rail_aligned(params):
     c = T.cluster(**params)

@@ -1,0 +1,113 @@
+"""The builders' shortcuts for huge clusters give what their general forms give, on small inputs.
+
+A tree's depths and heights come level by level from the root (double_binary_tree.Tree.from_parents), a SHARP
+forest's parents by a sorted lookup (sharp.build_forest), a lane's members are put in order by scattering them
+to their slots (_pipeline._member_order), and NCCL's tree of a channel is built once per cluster and shared by
+the builds of several channel counts (double_binary_tree.nccl_trees). Each test compares the shortcut with its
+general form element by element.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from collectives.algorithms import _pipeline
+from collectives.algorithms.double_binary_tree import Tree, btree_parents, double_binary_tree, nccl_trees
+from collectives.algorithms.sharp import build_forest
+
+from collectives.topology import preset
+
+
+def _random_tree(n: int, max_children: int, rng) -> np.ndarray:
+    """Parents of a random tree over n nodes (labels shuffled), at most max_children children per node."""
+    parent = np.full(n, -1, np.int64)
+    kids = np.zeros(n, np.int64)
+    for i in range(1, n):
+        open_ = np.flatnonzero(kids[:i] < max_children)
+        p = int(rng.choice(open_[-8:])) if rng.random() < 0.7 else int(rng.choice(open_))  # deep and bushy
+        parent[i], kids[p] = p, kids[p] + 1
+    label = rng.permutation(n)
+    out = np.full(n, -1, np.int64)
+    out[label] = np.where(parent >= 0, label[np.maximum(parent, 0)], -1)
+    return out
+
+
+def _walked(parent: np.ndarray, max_children: int):
+    """Children (increasing, -1 padded), depth and height of every node by walking the tree node by node."""
+    n = parent.size
+    children = np.full((n, max_children), -1, np.int64)
+    for v, p in enumerate(parent.tolist()):
+        if p >= 0:
+            row = children[p]
+            row[np.flatnonzero(row < 0)[0]] = v  # nodes in increasing order: each row ends up sorted
+    depth = np.zeros(n, np.int64)
+    for v in range(n):
+        u = v
+        while parent[u] >= 0:
+            u, depth[v] = int(parent[u]), depth[v] + 1
+    height = np.zeros(n, np.int64)
+    for v in np.argsort(-depth, kind="stable").tolist():  # deepest first: children before parents
+        if parent[v] >= 0:
+            height[parent[v]] = max(height[parent[v]], height[v] + 1)
+    return children, depth, height
+
+
+@pytest.mark.parametrize("n,max_children,seed", [(1, 2, 0), (2, 2, 1), (57, 2, 2), (300, 3, 3), (1000, 3, 4)])
+def test_tree_levels_are_the_walk(n, max_children, seed):
+    parent = _random_tree(n, max_children, np.random.default_rng(seed))
+    tree = Tree.from_parents(parent, max_children=max_children)
+    children, depth, height = _walked(parent, max_children)
+    assert np.array_equal(tree.children, children)
+    assert np.array_equal(tree.depth, depth) and np.array_equal(tree.height, height)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 64, 100])
+def test_nccl_binary_trees_are_the_walk(n):
+    assert np.array_equal(Tree.from_parents(btree_parents(n)).height, _walked(btree_parents(n), 2)[2])
+    for tree in double_binary_tree(n):
+        children, depth, height = _walked(tree.parent, 2)
+        assert np.array_equal(tree.depth, depth) and np.array_equal(tree.height, height)
+
+
+def test_a_cycle_is_not_a_tree():
+    with pytest.raises(AssertionError, match="hangs from the root"):
+        Tree.from_parents(np.array([-1, 2, 1], np.int64))
+
+
+def test_channel_trees_are_shared_and_built_alike():
+    topo = preset("gb200-nvl72", racks=6, gpus_per_domain=4)
+    four = nccl_trees(topo, 4)
+    assert nccl_trees(topo, 1)[0] is four[0], "the builds of several channel counts share a channel's tree"
+    G, D = topo.gpus_per_domain, topo.num_domains
+    d, j = np.repeat(np.arange(D), G), np.tile(np.arange(G), D)
+    for c, tree in enumerate(four):
+        tr, h = double_binary_tree(D)[c % 2], (c // 2) % G
+        parent = np.where((j - h) % G > 0, d * G + (j - 1) % G,
+                          np.where(tr.parent[d] >= 0, tr.parent[d] * G + h, -1))
+        assert np.array_equal(tree.parent, parent)
+        children, depth, height = _walked(parent, 3)
+        assert np.array_equal(tree.children, children) and np.array_equal(tree.height, height)
+
+
+def test_forest_parents_are_each_trees_parent_map():
+    topo = preset("gb200-nvl72", racks=16, gpus_per_domain=4)
+    trees = [topo.sharp_tree(rail=j) for j in range(topo.gpus_per_domain)]
+    forest = build_forest(trees)
+    node = forest.members[forest.member]
+    has = forest.parent >= 0
+    got = np.where(has, forest.members[forest.member[np.maximum(forest.parent, 0)]], -1)
+    for t, tree in enumerate(trees):
+        parent_of = tree.parent_map()
+        on = forest.tree == t
+        want = np.array([parent_of.get(x, -1) for x in node[on].tolist()], np.int64)
+        assert np.array_equal(got[on], want)
+        assert (want >= 0).sum() == on.sum() - 1, "every vertex but the root has a parent"
+
+
+@pytest.mark.parametrize("case", ["distinct", "repeated", "sparse", "small"])
+def test_member_order_is_a_stable_argsort(case):
+    rng = np.random.default_rng(7)
+    members = {"distinct": rng.permutation(5000), "repeated": rng.integers(0, 300, 5000),
+               "sparse": rng.choice(10 ** 9, 50, replace=False),
+               "small": np.array([3, 1, 2])}[case].astype(np.int64)
+    assert np.array_equal(_pipeline._member_order(members), np.argsort(members, kind="stable"))

@@ -101,6 +101,18 @@ class Launcher:
             return f"{self.name}: no known flag for bind_to/auto_cleanup"
         return None
 
+    def plain_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """`env` plus what a command line written as the docs write it (`mpiexec -n N prog`, no flags) needs to
+        run here: Open MPI as root refuses to start without its two permission variables, and its UCX one-sided
+        component prints an error line per rank unless OMPI_MCA_osc excludes it (variables already set win)."""
+        out_env = dict(env)
+        if self.kind == OPENMPI:
+            if hasattr(os, "geteuid") and os.geteuid() == 0:
+                out_env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+                out_env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            out_env.setdefault("OMPI_MCA_osc", "^ucx")
+        return out_env
+
     def command(self, n: int, argv: Sequence[str], *groups: tuple[int, Sequence[str]], timeout: float | None = None,
                 oversubscribe: bool = True, bind_to: str | None = None, auto_cleanup: bool = True,
                 env: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
@@ -114,13 +126,9 @@ class Launcher:
         reason = self.unsupported(bind_to=bind_to, auto_cleanup=auto_cleanup)
         if reason:
             raise ValueError(reason)
-        out_env = dict(os.environ)
+        out_env = self.plain_env(os.environ)
         flags: list[str] = []
         if self.kind == OPENMPI:
-            if hasattr(os, "geteuid") and os.geteuid() == 0:
-                out_env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-                out_env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-            out_env.setdefault("OMPI_MCA_osc", "^ucx")
             if oversubscribe:
                 flags.append("--oversubscribe")
             if bind_to is not None:

@@ -109,7 +109,8 @@ def _env(tmp_path: Path) -> dict:
     env["COLLECTIVES_TIMEOUT"] = "30"
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")  # a block never writes the user's own calibration
     env.pop("COLLECTIVES_ONE_RANK", None)
-    return env
+    found = launcher.find()
+    return found.plain_env(env) if found is not None else env  # shell blocks call a plain `mpiexec`
 
 
 def _needs_torch(code: str) -> None:

@@ -41,7 +41,7 @@ from .flows import CriticalHops, Hops, flow_hops, frontier, member_blocks, path_
 from .model import CostRules
 from .recurrence import EXACT_UPDATES, advance_history, cycle_rows, iterate, rate_at, reverse_pairs, scatter
 from .sharing import LinkClock, SharedLinks, shared_flows, staggered, stream_ends
-from .stages import stage_frontiers, stage_groups
+from .stages import stage_frontiers, stage_groups, window_sums
 
 DATAFLOW_MAX_NODES = 65_536
 
@@ -329,7 +329,7 @@ def _stage_rounds(rules: CostRules, pi: int, rnd, info: dict, staged) -> list[Ro
     lo_b, hi_b = np.where(busy, lo, 0), np.where(busy, hi + 1, 0)
     # the busy stages' rows side by side (a few per stage: the max over them is the round's cost)
     a, b = np.where(busy, bounds[lo_b], 0).tolist(), np.where(busy, bounds[hi_b], 0).tolist()
-    tiers, kind = _window_sums(tier, kinds, lo_b, hi_b, busy)
+    tiers, kind = window_sums(tier, kinds, lo_b, hi_b, busy)
     out = []
     for i in range(n):
         rc = RoundCost(pi, rnd.repeats if rnd.uniform else 1, rnd.uniform, full.src, full.dst, full.lat, full.coef,
@@ -338,23 +338,6 @@ def _stage_rounds(rules: CostRules, pi: int, rnd, info: dict, staged) -> list[Ro
                        full.net, kind[i], slots=rules.credit_slots, units=full.units)
         out.append(rc)
     return out
-
-
-def _window_sums(tier: np.ndarray, kinds: np.ndarray, lo: np.ndarray, hi: np.ndarray, busy: np.ndarray
-                 ) -> tuple[np.ndarray, list]:
-    """Per round of a pipeline's pattern (its busy stages [lo, hi), none where not busy): the sum of the stages'
-    chunk-hops per tier, tier[lo:hi].sum(axis=0), and which step kinds they hold, kinds[lo:hi].any(axis=0),
-    for all rounds at once by prefix sums. Chunk-hops are whole numbers, whose sums are exact in any order
-    below 2**53; other values (never produced by the builders here) are summed slice by slice."""
-    if np.array_equal(tier, np.floor(tier)) and float(tier.sum()) < 2.0 ** 53:
-        cum = np.concatenate([np.zeros((1, tier.shape[1])), np.cumsum(tier, axis=0)])
-        tiers = np.where(busy[:, None], cum[hi] - cum[lo], 0.0)
-    else:
-        tiers = np.array([tier[x:y].sum(axis=0) if ok else np.zeros(tier.shape[1])
-                          for x, y, ok in zip(lo.tolist(), hi.tolist(), busy.tolist(), strict=True)])
-    counts = np.concatenate([np.zeros((1, kinds.shape[1]), np.int64), np.cumsum(kinds, axis=0)])
-    held = ((counts[hi] - counts[lo]) > 0) & busy[:, None]
-    return tiers, [tuple(row) for row in held.tolist()]
 
 
 def _has_fabric_switches(schedule, rules: CostRules) -> bool:

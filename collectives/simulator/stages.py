@@ -108,4 +108,21 @@ def _stage_tiers(hops: Hops, lag: np.ndarray, S: int) -> np.ndarray:
     return np.bincount(cell, weights=units, minlength=S * len(TIERS))[:S * len(TIERS)].reshape(S, len(TIERS))
 
 
-__all__ = ["StageGroups", "stage_frontiers", "stage_groups"]
+def window_sums(tier: np.ndarray, kinds: np.ndarray, lo: np.ndarray, hi: np.ndarray, busy: np.ndarray
+                 ) -> tuple[np.ndarray, list]:
+    """Per round of a pipeline's pattern (its busy stages [lo, hi), none where not busy): the sum of the stages'
+    chunk-hops per tier, tier[lo:hi].sum(axis=0), and which step kinds they hold, kinds[lo:hi].any(axis=0),
+    for all rounds at once by prefix sums. Chunk-hops are whole numbers, whose sums are exact in any order
+    below 2**53; other values (never produced by the builders here) are summed slice by slice."""
+    if np.array_equal(tier, np.floor(tier)) and float(tier.sum()) < 2.0 ** 53:
+        cum = np.concatenate([np.zeros((1, tier.shape[1])), np.cumsum(tier, axis=0)])
+        tiers = np.where(busy[:, None], cum[hi] - cum[lo], 0.0)
+    else:
+        tiers = np.array([tier[x:y].sum(axis=0) if ok else np.zeros(tier.shape[1])
+                          for x, y, ok in zip(lo.tolist(), hi.tolist(), busy.tolist(), strict=True)])
+    counts = np.concatenate([np.zeros((1, kinds.shape[1]), np.int64), np.cumsum(kinds, axis=0)])
+    held = ((counts[hi] - counts[lo]) > 0) & busy[:, None]
+    return tiers, [tuple(row) for row in held.tolist()]
+
+
+__all__ = ["StageGroups", "stage_frontiers", "stage_groups", "window_sums"]

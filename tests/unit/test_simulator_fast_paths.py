@@ -131,7 +131,7 @@ def test_window_sums_are_each_rounds_slice(whole):
     lo, hi = rng.integers(0, S, 300), rng.integers(0, S + 1, 300)
     busy = hi > lo
     lo, hi = np.where(busy, lo, 0), np.where(busy, hi, 0)
-    tiers, held = analytic._window_sums(tier, kinds, lo, hi, busy)
+    tiers, held = stages.window_sums(tier, kinds, lo, hi, busy)
     for i in range(lo.size):
         want = tier[lo[i]:hi[i]].sum(axis=0) if busy[i] else np.zeros(8)
         assert tiers[i].tolist() == want.tolist()

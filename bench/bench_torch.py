@@ -190,12 +190,20 @@ def ratio_spread(times: dict, over: str, under: str) -> tuple:
     return spread([a / b for a, b in zip(times[over], times[under], strict=True)])
 
 
+def persistent_call(comm):
+    """The library's 8-byte in-place allreduce as a persistent call (what the backend's all_reduce runs)."""
+    a = np.ones(2, np.float32)
+    return comm.persistent("allreduce", a, out=a).run
+
+
 def overhead(rank: int, p: int, comm, noop, rounds: int, budget: float) -> dict:
-    """The 8-byte all_reduce through the backend, the library's own call, torch's no-op floor and the pass-through
-    floor (torch's wrapper plus the library's call on 8 bytes of numpy, nothing between)."""
+    """The 8-byte all_reduce through the backend, the library's own call, torch's no-op floor, the pass-through
+    floor (torch's wrapper plus the library's call on 8 bytes of numpy, nothing between) and a persistent call's
+    run on 8 bytes of numpy (what the backend's blocking all_reduce runs)."""
     fns = {"collectives": make_call("all_reduce", 8, None, p), "library": make_library_call("all_reduce", 8, comm, p),
            "torch_noop": make_call("all_reduce", 8, noop, p),
-           "pass_through": make_call("all_reduce", 8, pass_through_group(p, comm), p)}
+           "pass_through": make_call("all_reduce", 8, pass_through_group(p, comm), p),
+           "persistent": persistent_call(comm)}
     times, starved = timed_rounds(fns, rounds, budget, comm.mpi_comm)
     us = {k: [round(x * 1e6, 3) for x in spread(v)] for k, v in times.items()}
     row = {"collective": "all_reduce", "bytes": 8, "ranks": p, "rounds": rounds, "block_seconds": budget,
@@ -203,6 +211,7 @@ def overhead(rank: int, p: int, comm, noop, rounds: int, budget: float) -> dict:
            **{f"{k}_us": v for k, v in us.items()},
            "collectives_over_library": [round(x, 2) for x in ratio_spread(times, "collectives", "library")],
            "pass_through_over_library": [round(x, 2) for x in ratio_spread(times, "pass_through", "library")],
+           "persistent_over_library": [round(x, 2) for x in ratio_spread(times, "persistent", "library")],
            "backend_own_us": [round(x * 1e6, 3) for x in spread([a - b for a, b in zip(
                times["collectives"], times["pass_through"], strict=True)])]}
     if rank == 0:
@@ -211,13 +220,15 @@ def overhead(rank: int, p: int, comm, noop, rounds: int, budget: float) -> dict:
         for k, label in (("collectives", "backend: dist.all_reduce(t)"),
                          ("library", "library: Communicator.allreduce"),
                          ("torch_noop", "torch's no-op floor (group=noop)"),
-                         ("pass_through", "pass-through floor (group=)")):
+                         ("pass_through", "pass-through floor (group=)"),
+                         ("persistent", "library: PersistentCall.run")):
             m, lo, hi = us[k]
             print(f"{label:34s} {m:7.2f} us  ({lo:.2f}-{hi:.2f})")
         m, lo, hi = row["backend_own_us"]
         print(f"{'backend - pass-through':34s} {m:7.2f} us  ({lo:.2f}-{hi:.2f})")
         for k, label in (("collectives_over_library", "backend / library"),
-                         ("pass_through_over_library", "pass-through / library")):
+                         ("pass_through_over_library", "pass-through / library"),
+                         ("persistent_over_library", "persistent run / library")):
             m, lo, hi = row[k]
             print(f"{label:34s} {m:7.2f} x   (rounds {lo:.2f}-{hi:.2f})")
         print(starved_note(starved, rounds, p))

@@ -39,6 +39,7 @@ _LAZY = {
     "tune": ("collectives.tune", None),
     "init": ("collectives.transport", "init"),
     "Communicator": ("collectives.transport", "Communicator"),
+    "PersistentCall": ("collectives.transport", "PersistentCall"),
 }
 
 
@@ -59,7 +60,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # pragma: no cover
     from . import algorithms, kernels, schedule, topology  # noqa: F401
     from .emulator import emulate  # noqa: F401
-    from .transport import Communicator, init  # noqa: F401
+    from .transport import Communicator, PersistentCall, init  # noqa: F401
     from .verifier import VerifyReport, verify  # noqa: F401
 
 __all__ = ["CallMismatchError", "CollectiveTimeoutError", "CollectivesError", "CommunicatorClosedError",

@@ -12,13 +12,17 @@ tensors.OPS_BY_HASH), takes the tensors' numpy views from the group's cache (`Vi
 and layout the first time it sees a tensor) and, when torch asked for a blocking call, nothing is being coalesced and
 no call is in flight anywhere (`PENDING`), runs the library's blocking call on the caller's thread under `LOCK` and
 returns the group's shared completed Work: a few reads of tens to hundreds of nanoseconds each (docs/torch.md,
-"Per-call overhead"). A call that stays in flight after the method returns (asynchronous,
+"Per-call overhead"). That call is a persistent call (`Communicator.persistent`) bound once per tensor (all_reduce)
+or pair of views (the other three) and kept in the group's BoundCalls, so a repeated call skips the library
+method's argument handling, plan look-up and buffer checks too. A call that stays in flight after the method returns (asynchronous,
 coalesced, or issued while another group's calls are in flight) must hand the library arrays that keep the tensors
 alive, which the cached views do not (they do not own the memory): all_reduce then takes `tensor.numpy()` of its
 tensor, the other three their general path.
 """
 
 from __future__ import annotations
+
+import weakref
 
 import numpy as np
 import torch
@@ -34,6 +38,64 @@ _OPS = T.OPS_BY_HASH
 _IN_FLIGHT = PENDING.count
 
 
+class BoundCalls:
+    """Persistent calls (`Communicator.persistent`) of the tensors a group used last: a hit is one run of the bound
+    call, without the library method's look-ups.
+
+    In-place allreduces by tensor: reused while the tensor is alive and unchanged (same storage address, size and
+    dtype) and the op is the same. Calls with an input and an output (all_gather, reduce_scatter, all_to_all) by
+    their pair of cached views (Views hands out the same view object only while its tensor is alive and unchanged).
+    Like Views, the arrays do not own the memory, and the caller holds the tensors for the call."""
+
+    SIZE = 64
+
+    def __init__(self, views: T.Views) -> None:
+        self._views = views
+        self._calls: dict[int, tuple] = {}
+        self._pairs: dict[tuple, tuple] = {}
+
+    def pair(self, collective: str, x: np.ndarray, out: np.ndarray, op: str, comm):
+        """The bound call of `collective` from view x into view out (views from Views.get), or None when the
+        library would refuse it (the caller's general path raises the clear error)."""
+        key = (collective, id(x), id(out))
+        entry = self._pairs.get(key)
+        if entry is not None and entry[0] is x and entry[1] is out and entry[2] is op:
+            return entry[3]
+        try:
+            call = comm.persistent(collective, x, out=out, op=op)
+        except (TypeError, ValueError):
+            return None
+        pairs = self._pairs
+        if len(pairs) >= self.SIZE:
+            pairs.pop(next(iter(pairs)))
+        pairs[key] = (x, out, op, call)  # holding x and out keeps their ids from being reused
+        return call
+
+    def get(self, t: torch.Tensor, op: str, comm):
+        """t's bound call (t: a contiguous tensor, `type(t) is torch.Tensor`), or None when the library's call
+        would refuse it (the caller's general path then raises the clear error)."""
+        entry = self._calls.get(id(t))
+        if entry is not None:
+            ref, address, n, dtype, bound_op, call = entry
+            if ref() is t and address == t.data_ptr() and n == t.numel() and dtype is t.dtype and bound_op is op:
+                return call
+        a = self._views.get(t)
+        if a is None:
+            return None
+        try:
+            call = comm.persistent("allreduce", a, out=a, op=op)
+        except (TypeError, ValueError):  # e.g. a bitwise op on floats: the general path says so
+            return None
+        calls = self._calls
+        if len(calls) >= self.SIZE:
+            calls.pop(next(iter(calls)))
+        try:
+            calls[id(t)] = (weakref.ref(t), t.data_ptr(), t.numel(), t.dtype, op, call)
+        except TypeError:  # a tensor subclass without weak references: no caching
+            pass
+        return call
+
+
 class DirectCalls:
     _pair: tuple = (None, None, False)  # the last (input view, output view, share no memory) checked
 
@@ -42,16 +104,17 @@ class DirectCalls:
             op = _OPS.get(hash(opts.reduceOp))
             t = tensors[0]
             if op is not None and type(t) is _Tensor and t.is_contiguous():
-                a = self._views.get(t)  # None unless a dense CPU tensor of a supported dtype
-                if a is not None:
-                    comm = self.comm
-                    if not opts.asyncOp and self._coalesced is None and comm is not None and not _IN_FLIGHT:
+                comm = self.comm
+                if not opts.asyncOp and self._coalesced is None and comm is not None and not _IN_FLIGHT:
+                    call = self._bound.get(t, op, comm)  # None unless a dense CPU tensor of a supported dtype
+                    if call is not None:
                         _acquire()
                         try:
-                            comm.allreduce(a, out=a, op=op)
+                            call.run()
                         finally:
                             _release()
                         return self._done
+                elif self._views.get(t) is not None:
                     a = T.as_numpy(t)  # in flight after the return: an array that keeps the tensor alive
                     return self._issue("all_reduce", [(self._comm().allreduce, (a,), {"out": a, "op": op})], opts,
                                        None, tensors)
@@ -64,11 +127,12 @@ class DirectCalls:
             return self._all_gather_single(output_tensor, input_tensor, opts)
         x, out = pair
         comm = self._straight(opts)
-        if comm is None:
+        call = self._bound.pair("allgather", x, out, "sum", comm) if comm is not None else None
+        if call is None:
             return self._all_gather_single(output_tensor, input_tensor, opts)
         _acquire()
         try:
-            comm.allgather(x, out=out)
+            call.run()
         finally:
             _release()
         return self._done
@@ -83,11 +147,12 @@ class DirectCalls:
             return self._reduce_scatter_single(output_tensor, input_tensor, opts)
         x, out = pair
         comm = self._straight(opts)
-        if comm is None:
+        call = self._bound.pair("reduce_scatter", x, out, op, comm) if comm is not None else None
+        if call is None:
             return self._reduce_scatter_single(output_tensor, input_tensor, opts)
         _acquire()
         try:
-            comm.reduce_scatter(x, out=out, op=op)
+            call.run()
         finally:
             _release()
         return self._done
@@ -101,11 +166,12 @@ class DirectCalls:
             return self._all_to_all_single(output, input, output_split_sizes, input_split_sizes, opts)
         x, out = pair
         comm = self._straight(opts)
-        if comm is None:
+        call = self._bound.pair("alltoall", x, out, "sum", comm) if comm is not None else None
+        if call is None:
             return self._all_to_all_single(output, input, output_split_sizes, input_split_sizes, opts)
         _acquire()
         try:
-            comm.alltoall(x, out=out)
+            call.run()
         finally:
             _release()
         return self._done

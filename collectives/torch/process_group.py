@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from ..errors import CollectivesError
 from . import tensors as T
-from .direct import DirectCalls
+from .direct import BoundCalls, DirectCalls
 from .point_to_point import MONITORED_BARRIER_TAG, PointToPoint
 from .work import LOCK, PENDING, CollectivesWork, CompletedWork, GroupWork
 
@@ -48,6 +48,7 @@ class CollectivesProcessGroup(DirectCalls, PointToPoint, dist.ProcessGroup):
         self._group_name = ""
         self._group_desc = ""
         self._views = T.Views()
+        self._bound = BoundCalls(self._views)
         self._done = CompletedWork()  # what a blocking call returns (torch only calls wait() on it)
 
     # -- identity -------------------------------------------------------------------------------------

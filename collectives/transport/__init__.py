@@ -13,6 +13,8 @@ this package, through mpi_library.py (a missing or mismatched MPI raises MPILibr
 
 from .communicator import Communicator, init
 from .errors import CollectiveTimeoutError, CommunicatorClosedError, MPILibraryError
+from .persistent import PersistentCall
 from .progress import Work
 
-__all__ = ["CollectiveTimeoutError", "Communicator", "CommunicatorClosedError", "MPILibraryError", "Work", "init"]
+__all__ = ["CollectiveTimeoutError", "Communicator", "CommunicatorClosedError", "MPILibraryError", "PersistentCall", "Work",
+           "init"]

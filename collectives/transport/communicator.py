@@ -25,6 +25,7 @@ from .calls import check_timeout
 from .domains import DomainSpec, find_domains, topology_for
 from .errors import CollectiveTimeoutError
 from .host import discover, share_kernel_threads, warn_if_alone
+from .persistent import PersistentCall
 from .plans import Plan
 from .runtime import Runtime
 from .shm import arena as _arena
@@ -95,6 +96,7 @@ class Communicator:
         self._hot: dict[tuple, Plan] = {}  # plans of calls with the common arguments, by their short key
         self._retired = dict(ctx.stats)  # statistics of dropped plans
         self._last: Plan | None = None  # the plan of the last call
+        self.generation = 0  # counts plan drops: a persistent call made before one re-validates its plan
         context.live.add(self)
 
     # -- properties -----------------------------------------------------------------------------------------
@@ -338,6 +340,29 @@ class Communicator:
         source = x if self.rank == root else np.empty(0, out.dtype)  # read on the root only
         return self._call("scatter", source, out, "sum", root, "native", async_op, timeout, {})
 
+    def persistent(self, collective: str, x, out=None, *, op: str = "sum", root: int = 0, algorithm: str = "auto",
+                   timeout: float | None = None, deterministic: bool | None = None, accumulate: str | None = None,
+                   **params) -> PersistentCall:
+        """A persistent call (MPI-4's MPI_Allreduce_init and kin): the call of `collective` on these buffers,
+        validated and planned once; each `run()` is the call, without the per-call look-ups. Arguments as the
+        collective's own method takes them (`op` for the reducing ones, `root` for broadcast and reduce); every
+        rank runs its persistent calls in the same order as any other call. The buffers stay bound: keep them
+        alive, writeable and unresized while the call is in use."""
+        if collective not in PersistentCall.COLLECTIVES:
+            raise ValueError(f"persistent calls serve {', '.join(PersistentCall.COLLECTIVES)}; got {collective!r}")
+        if collective not in REDUCING and op != "sum":
+            raise ValueError(f"{collective} takes no op (got op={op!r})")
+        if collective not in ("broadcast", "reduce"):
+            root = None
+        if collective == "broadcast":
+            out = x
+
+        def prepare():
+            return self._prepare(collective, x, out, op, root, algorithm, timeout, dict(params), deterministic,
+                                 accumulate)
+
+        return PersistentCall(self, collective, prepare)
+
     # -- point to point ------------------------------------------------------------------------------------
     def isend(self, x: np.ndarray, dest: int, tag: int = 0) -> p2p.PointToPoint:
         """Send `x` to rank `dest` (nonblocking): a handle with wait(timeout) and test()."""
@@ -365,6 +390,16 @@ class Communicator:
     # -- the general path: validate, choose, build (once per signature), run ----------------------------------
     def _call(self, collective: str, x, out, op: str, root, algorithm: str, async_op: bool, timeout, params: dict,
               deterministic=None, accumulate=None):
+        plan, x, out, timeout = self._prepare(collective, x, out, op, root, algorithm, timeout, params, deterministic,
+                                              accumulate)
+        if not async_op:
+            return plan.run(x, out, timeout)
+        return plan.submit(x, out, True, timeout)
+
+    def _prepare(self, collective: str, x, out, op: str, root, algorithm: str, timeout, params: dict,
+                 deterministic=None, accumulate=None) -> tuple[Plan, np.ndarray, np.ndarray | None, float | None]:
+        """Validate a call (raising before any communication) and find or build its plan: (plan, x, out,
+        timeout) as the plan takes them."""
         ctx = self._ctx
         ctx.check_open()
         if timeout is not None:
@@ -392,9 +427,7 @@ class Communicator:
         else:
             self._plans.move_to_end(key)
         self._last = plan
-        if not async_op:
-            return plan.run(x, out, timeout)
-        return plan.submit(x, out, True, timeout)
+        return plan, x, out, timeout
 
     def _build(self, key, collective, x, mode, op, root, algorithm, params, deterministic, explicit, accumulate,
                timeout):
@@ -429,12 +462,14 @@ class Communicator:
         return plan
 
     def _retire(self, plan: Plan) -> None:
+        self.generation += 1
         self._add_stats(self._retired, plan)
         for k, v in list(self._hot.items()):
             if v is plan:
                 del self._hot[k]
 
     def _drop_plans(self) -> None:
+        self.generation += 1
         for plan in self._plans.values():
             self._add_stats(self._retired, plan)
         self._plans.clear()

@@ -263,6 +263,13 @@ class Plan:
             self._x, self._out = x, out
         elif self.mode != calls.NEW and not out.flags.writeable:  # the one flag a caller can change
             return self.submit(x, out, False, timeout)
+        return self.launch_inline(x, out, timeout)
+
+    def launch_inline(self, x: np.ndarray, out, timeout: float | None):
+        """The call on the shared-memory plan runner, started on the caller's thread: the buffers fit this plan
+        (calls.buffers_fit) and nothing is in flight (`self.inline and ctx.fast`): run() and a persistent call
+        (persistent.py) check that before calling this."""
+        ctx = self.ctx
         kind = self._kind
         if kind == _GENERAL:  # alltoall; a schedule with its own layout
             res = (out if out is not None else np.empty(self.out_shape, self.dtype)) if self.producing else None

@@ -4,6 +4,7 @@ all_reduce fast path over a recording stand-in for the library's communicator.""
 from __future__ import annotations
 
 import gc
+import types
 
 import numpy as np
 import pytest
@@ -138,6 +139,7 @@ class RecordingComm:
     def __init__(self, size: int = 1) -> None:
         self.size = size
         self.calls = []
+        self.bound = 0  # persistent calls made
 
     def _record(self, name, a, out, op, async_op):
         self.calls.append((a, out, op, async_op, name))
@@ -160,6 +162,13 @@ class RecordingComm:
     def alltoallv(self, a, sends, recvs, out=None, async_op=False):
         return self._record("alltoallv", a, out, None, async_op)
 
+    def persistent(self, collective, a, out=None, op="sum"):
+        """A bound call whose runs are recorded as the method's calls (the backend binds its blocking calls)."""
+        self.bound += 1
+        takes_op = collective in ("allreduce", "reduce_scatter")
+        return types.SimpleNamespace(
+            run=lambda timeout=None: self._record(collective, a, out, op if takes_op else None, False))
+
 
 def blocking(op=dist.ReduceOp.SUM):
     o = options(op)
@@ -177,6 +186,12 @@ def test_all_reduce_fast_path_hands_the_library_the_tensor_itself():
         a, out, got, async_op, _ = comm.calls[-1]
         assert out is a and got == name and not async_op
         assert a.__array_interface__["data"][0] == t.data_ptr() and a.size == 4
+    assert comm.bound == 3  # a persistent call per tensor and op, reused while both stay the same:
+    group.allreduce([t], blocking(dist.ReduceOp.AVG))
+    assert comm.bound == 3 and len(comm.calls) == 4 and comm.calls[-1][2] == "avg"
+    t.resize_(2)  # the same tensor, resized: a new bound call over its new extent
+    group.allreduce([t], blocking(dist.ReduceOp.AVG))
+    assert comm.bound == 4 and comm.calls[-1][0].size == 2
 
 
 def test_all_reduce_fast_path_still_refuses_bad_tensors_before_calling():
@@ -226,6 +241,14 @@ def test_fast_paths_of_input_output_calls_take_the_tensors_themselves():
     assert all(address(c[0]) == x.data_ptr() and address(c[1]) == y.data_ptr() for c in comm.calls)
     assert not any(holds_a_tensor(c[0]) or holds_a_tensor(c[1]) for c in comm.calls)  # the cached views
     assert comm.calls[1][2] == "min" and y.tolist() == x.tolist()
+    assert comm.bound == 3
+    group.all_gather_single(y, x, o)  # the same pair: its bound call again
+    assert comm.bound == 3 and comm.calls[-1][4] == "allgather"
+    r.reduceOp = dist.ReduceOp.MAX  # another op: another bound call
+    group.reduce_scatter_single(y, x, r)
+    assert comm.bound == 4 and comm.calls[-1][2] == "max"
+    group.all_gather_single(torch.zeros(6), x, o)  # another output tensor: another bound call
+    assert comm.bound == 5
 
 
 def test_input_output_calls_leave_the_fast_path_for_what_it_does_not_take():

@@ -334,6 +334,65 @@ if p > 1:
     cases += 1
     other.close()
 
+# persistent calls: each collective bound once and run three times (the last asynchronously) with new values in
+# the bound input, bitwise MPI's results; after the communicator drops its plans (`check` set) the call plans
+# again (its calls still counted); a persistent call against another rank's different call raises CallMismatchError on every rank
+for collective in COLLECTIVES:
+    for dtype in (np.dtype(np.float32), np.dtype(np.int32)):
+        op = "max" if collective in ("allreduce", "reduce_scatter", "reduce") and dtype.kind == "i" else "sum"
+        for mode in ("separate", "inplace"):
+            if collective == "broadcast" and mode == "separate" or \
+                    mode == "inplace" and collective in ("reduce_scatter", "allgather", "alltoall") and p > 1:
+                continue  # broadcast is in place; these have no in-place form above one rank
+            salt = zlib.crc32(f"persistent/{collective}/{dtype}/{mode}".encode())
+            root = salt % p
+            n = 37 * p if collective in ("reduce_scatter", "alltoall") else 37
+            x = data(n, dtype, salt, op)
+            size = {"reduce_scatter": n // p, "allgather": n * p}.get(collective, n)
+            out = x if mode == "inplace" else np.full(size, 7, dtype)
+            label = f"persistent {collective}/{dtype}/{mode}"
+            try:
+                bound = comm.persistent(collective, x, out=out, op=op, root=root)
+                for run in range(4):
+                    if run == 3:
+                        comm.check = args.check  # drops every plan: the next run plans again
+                    x[...] = data(n, dtype, salt + run, op)
+                    ref = reference(collective, x, op, root, salt + run)
+                    counted = comm.stats["calls"]
+                    got = bound.start().wait() if run == 2 else bound.run()
+                    cases += 1
+                    if comm.stats["calls"] != counted + 1:  # a dropped plan's calls would not count
+                        fail(f"{label} run {run}: stats counted {comm.stats['calls'] - counted} calls, not 1")
+                    if collective == "reduce" and rank != root:
+                        if got is not None:
+                            fail(f"{label} run {run}: a non-root got {type(got).__name__}")
+                    elif got is not out:
+                        fail(f"{label} run {run}: the bound output was not returned")
+                    elif got.reshape(-1).tobytes() != ref.reshape(-1).tobytes():
+                        fail(f"{label} run {run}: {got.reshape(-1)[:6]} != MPI's {ref.reshape(-1)[:6]}")
+            except Exception as exc:  # noqa: BLE001 - a failure of this case
+                fail(f"{label}: {type(exc).__name__}: {exc}")
+x = np.ones(8, np.float32)
+for label, fn in [("barrier", lambda: comm.persistent("barrier", x)),
+                  ("allgather with an op", lambda: comm.persistent("allgather", x, op="max")),
+                  ("out too small", lambda: comm.persistent("allreduce", x, out=np.empty(3, x.dtype)))]:
+    try:
+        fn()
+        fail(f"persistent {label}: no error")
+    except ValueError:
+        cases += 1
+if p > 1 and args.check != "off":
+    bound = comm.persistent("allreduce", np.ones(10, np.float32))
+    try:
+        bound.run() if rank != p - 1 else comm.allreduce(np.ones(11, np.float32))
+        fail("persistent call against another rank's different count: no error")
+    except collectives.CallMismatchError:
+        mismatches += 1
+    y = bound.run()
+    if not np.array_equal(y, np.full(10, p, np.float32)):
+        fail(f"a persistent call after a mismatch: {y}")
+    cases += 2
+
 stats = comm.stats
 out = {"cases": cases, "failures": len(failures), "messages": failures[:20], "mismatches": mismatches,
        "calls": stats["calls"], "native_calls": stats["native_calls"], "shared_memory": comm.shared_memory}

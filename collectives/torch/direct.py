@@ -3,8 +3,8 @@ all_to_all_single of contiguous tensors, handed to the library as cached numpy v
 
 A mixin of CollectivesProcessGroup (process_group.py), which provides the general path of each call (`_allreduce`,
 `_all_gather_single`, `_reduce_scatter_single`, `_all_to_all_single`: every check with its error, staging of
-strided tensors, PREMUL_SUM, uneven splits), `_issue`, `_comm()`, `comm`, `_views`, `_done`, `_size` and the
-coalescing list. A fast path only takes a call that the general path would hand to the library unchanged, and
+strided tensors, PREMUL_SUM, uneven splits), `_issue`, `_comm()`, `comm`, `_views`, `_bound` (BoundCalls) and its
+`_by_tensor`, `_done`, `_size` and the coalescing list. A fast path only takes a call that the general path would hand to the library unchanged, and
 anything else goes there: so every error is the general path's, raised before any communication.
 
 A fast path reads the op as `hash(opts.reduceOp)` (torch's ReduceOp hashes to its RedOpType value,
@@ -21,8 +21,6 @@ tensor, the other three their general path.
 """
 
 from __future__ import annotations
-
-import weakref
 
 import numpy as np
 import torch
@@ -42,17 +40,36 @@ class BoundCalls:
     """Persistent calls (`Communicator.persistent`) of the tensors a group used last: a hit is one run of the bound
     call, without the library method's look-ups.
 
-    In-place allreduces by tensor: reused while the tensor is alive and unchanged (same storage address, size and
-    dtype) and the op is the same. Calls with an input and an output (all_gather, reduce_scatter, all_to_all) by
-    their pair of cached views (Views hands out the same view object only while its tensor is alive and unchanged).
-    Like Views, the arrays do not own the memory, and the caller holds the tensors for the call."""
+    In-place allreduces by tensor (`by_tensor`: id -> (storage address, size, dtype, op, the call's run), looked up
+    by DirectCalls.allreduce itself): reused while the tensor has the same storage address, size and dtype and the
+    op is the same. A hit needs no check that the entry's tensor is still the one alive: the caller holds a tensor
+    over those very bytes, which is what the bound call reads and writes. Calls with an input and an output
+    (all_gather, reduce_scatter, all_to_all) by their pair of cached views (Views hands out the same view object
+    only while its tensor is alive and unchanged). Like Views, the arrays do not own the memory, and the caller
+    holds the tensors for the call."""
 
     SIZE = 64
 
     def __init__(self, views: T.Views) -> None:
         self._views = views
-        self._calls: dict[int, tuple] = {}
+        self.by_tensor: dict[int, tuple] = {}
         self._pairs: dict[tuple, tuple] = {}
+
+    def bind(self, t: torch.Tensor, op: str, comm):
+        """Bind t's in-place allreduce (t: a contiguous tensor, `type(t) is torch.Tensor`) and return its run, or
+        None when the library's call would refuse it (the caller's general path then raises the clear error)."""
+        a = self._views.get(t)
+        if a is None or comm is None:
+            return None
+        try:
+            run = comm.persistent("allreduce", a, out=a, op=op).run
+        except (TypeError, ValueError):  # e.g. a bitwise op on floats: the general path says so
+            return None
+        by_tensor = self.by_tensor
+        if len(by_tensor) >= self.SIZE:
+            by_tensor.pop(next(iter(by_tensor)))
+        by_tensor[id(t)] = (t.data_ptr(), t.numel(), t.dtype, op, run)
+        return run
 
     def pair(self, collective: str, x: np.ndarray, out: np.ndarray, op: str, comm):
         """The bound call of `collective` from view x into view out (views from Views.get), or None when the
@@ -75,10 +92,9 @@ class BoundCalls:
         """t's bound call (t: a contiguous tensor, `type(t) is torch.Tensor`), or None when the library's call
         would refuse it (the caller's general path then raises the clear error)."""
         entry = self._calls.get(id(t))
-        if entry is not None:
-            ref, address, n, dtype, bound_op, call = entry
-            if ref() is t and address == t.data_ptr() and n == t.numel() and dtype is t.dtype and bound_op is op:
-                return call
+        if entry is not None and entry[0] == t.data_ptr() and entry[1] == t.numel() and entry[2] is t.dtype \
+                and entry[3] is op:
+            return entry[4]
         a = self._views.get(t)
         if a is None:
             return None
@@ -89,10 +105,7 @@ class BoundCalls:
         calls = self._calls
         if len(calls) >= self.SIZE:
             calls.pop(next(iter(calls)))
-        try:
-            calls[id(t)] = (weakref.ref(t), t.data_ptr(), t.numel(), t.dtype, op, call)
-        except TypeError:  # a tensor subclass without weak references: no caching
-            pass
+        calls[id(t)] = (t.data_ptr(), t.numel(), t.dtype, op, call)
         return call
 
 
@@ -104,13 +117,17 @@ class DirectCalls:
             op = _OPS.get(hash(opts.reduceOp))
             t = tensors[0]
             if op is not None and type(t) is _Tensor and t.is_contiguous():
-                comm = self.comm
-                if not opts.asyncOp and self._coalesced is None and comm is not None and not _IN_FLIGHT:
-                    call = self._bound.get(t, op, comm)  # None unless a dense CPU tensor of a supported dtype
-                    if call is not None:
+                if not opts.asyncOp and self._coalesced is None and not _IN_FLIGHT:
+                    hit = self._by_tensor.get(id(t))
+                    if hit is not None and hit[0] == t.data_ptr() and hit[1] == t.numel() and hit[2] is t.dtype \
+                            and hit[3] is op:
+                        run = hit[4]
+                    else:  # None unless a dense CPU tensor of a supported dtype
+                        run = self._bound.bind(t, op, self.comm)
+                    if run is not None:
                         _acquire()
                         try:
-                            call.run()
+                            run()
                         finally:
                             _release()
                         return self._done

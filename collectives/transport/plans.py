@@ -263,37 +263,50 @@ class Plan:
             self._x, self._out = x, out
         elif self.mode != calls.NEW and not out.flags.writeable:  # the one flag a caller can change
             return self.submit(x, out, False, timeout)
-        return self.launch_inline(x, out, timeout)
+        res, work, source = self.bind_inline(x, out)
+        return self.start_inline(x, out, res, work, source, timeout)
 
-    def launch_inline(self, x: np.ndarray, out, timeout: float | None):
-        """The call on the shared-memory plan runner, started on the caller's thread: the buffers fit this plan
-        (calls.buffers_fit) and nothing is in flight (`self.inline and ctx.fast`): run() and a persistent call
-        (persistent.py) check that before calling this."""
-        ctx = self.ctx
+    # a call on the shared-memory plan runner, started on the caller's thread (bind_inline, then start_inline):
+    # only when the buffers fit the plan (calls.buffers_fit) and nothing is in flight (`self.inline and
+    # ctx.fast`), which run() and a persistent call (persistent.py) check first
+    def bind_inline(self, x: np.ndarray, out) -> tuple:
+        """(result, work, source) of a call on the plan runner: the work buffer per the collective's contract and
+        the input still to be read where it lies (None: already in work). For allreduce, reduce and broadcast
+        with a given output these depend only on the buffers (`fixed_binding`); the others copy this call's input
+        into place here."""
         kind = self._kind
         if kind == _GENERAL:  # alltoall; a schedule with its own layout
             res = (out if out is not None else np.empty(self.out_shape, self.dtype)) if self.producing else None
-            work, source = self.place(x.reshape(-1)), None
-        elif kind == _IN_WORK:  # allreduce; reduce on the root
+            return res, self.place(x.reshape(-1)), None
+        if kind == _IN_WORK:  # allreduce; reduce on the root
             res = out if out is not None else np.empty(self.out_shape, self.dtype)
-            work, source = res, (None if res is x else x)
-        elif kind == _IN_SCRATCH:  # reduce_scatter; reduce off the root
+            return res, res, (None if res is x else x)
+        if kind == _IN_SCRATCH:  # reduce_scatter; reduce off the root
             res = (out if out is not None else np.empty(self.out_shape, self.dtype)) if self.producing else None
-            work, source = self.scratch, x
-        elif kind == _BROADCAST:
-            res = work = x
-            source = None
-        else:  # allgather: this rank's block in place first
-            res = out if out is not None else np.empty(self.out_shape, self.dtype)
-            n = self.count
-            res.reshape(-1)[self.rank * n:(self.rank + 1) * n] = x.reshape(-1)
-            work, source = res, None
+            return res, self.scratch, x
+        if kind == _BROADCAST:
+            return x, x, None
+        # allgather: this rank's block in place first
+        res = out if out is not None else np.empty(self.out_shape, self.dtype)
+        n = self.count
+        res.reshape(-1)[self.rank * n:(self.rank + 1) * n] = x.reshape(-1)
+        return res, res, None
+
+    def fixed_binding(self, out) -> bool:
+        """bind_inline(x, out) returns the same buffers call after call and copies nothing."""
+        return self._kind == _BROADCAST or (self._kind == _IN_WORK and out is not None)
+
+    def start_inline(self, x: np.ndarray, out, res, work, source, timeout: float | None):
+        """Start the bound call (bind_inline's buffers) and finish it, or hand it to the queue's bounded wait
+        when a peer is late or the calls differ."""
+        ctx = self.ctx
         seq = ctx.seq = ctx.seq + 1
         self.calls += 1
         if self.executor.start(work, source, seq) != DONE:  # a late peer or a mismatch: the bounded wait
             launch = Launch(self, seq, x, out, res, started=True)
             ctx.queue.submit(launch, False, timeout)
             return launch.result
+        kind = self._kind
         if kind == _GENERAL:
             self.take(res)
         elif kind == _IN_SCRATCH and res is not None:

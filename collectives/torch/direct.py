@@ -4,7 +4,7 @@ all_to_all_single of contiguous tensors, handed to the library as cached numpy v
 A mixin of CollectivesProcessGroup (process_group.py), which provides the general path of each call (`_allreduce`,
 `_all_gather_single`, `_reduce_scatter_single`, `_all_to_all_single`: every check with its error, staging of
 strided tensors, PREMUL_SUM, uneven splits), `_issue`, `_comm()`, `comm`, `_views`, `_bound` (BoundCalls) and its
-`_by_tensor`, `_done`, `_size` and the coalescing list. A fast path only takes a call that the general path would hand to the library unchanged, and
+`_by_address`, `_done`, `_size` and the coalescing list. A fast path only takes a call that the general path would hand to the library unchanged, and
 anything else goes there: so every error is the general path's, raised before any communication.
 
 A fast path reads the op as `hash(opts.reduceOp)` (torch's ReduceOp hashes to its RedOpType value,
@@ -40,10 +40,10 @@ class BoundCalls:
     """Persistent calls (`Communicator.persistent`) of the tensors a group used last: a hit is one run of the bound
     call, without the library method's look-ups.
 
-    In-place allreduces by tensor (`by_tensor`: id -> (storage address, size, dtype, op, the call's run), looked up
-    by DirectCalls.allreduce itself): reused while the tensor has the same storage address, size and dtype and the
-    op is the same. A hit needs no check that the entry's tensor is still the one alive: the caller holds a tensor
-    over those very bytes, which is what the bound call reads and writes. Calls with an input and an output
+    In-place allreduces by the tensor's data address (`by_address`: address -> (size, dtype, op, the call's run),
+    looked up by DirectCalls.allreduce itself): reused for a tensor at the same address with the same size and
+    dtype, and the same op. A hit needs no check of which tensor the entry was made for: the caller holds a
+    (contiguous) tensor over those very bytes, which is what the bound call reads and writes. Calls with an input and an output
     (all_gather, reduce_scatter, all_to_all) by their pair of cached views (Views hands out the same view object
     only while its tensor is alive and unchanged). Like Views, the arrays do not own the memory, and the caller
     holds the tensors for the call."""
@@ -52,23 +52,25 @@ class BoundCalls:
 
     def __init__(self, views: T.Views) -> None:
         self._views = views
-        self.by_tensor: dict[int, tuple] = {}
+        self.by_address: dict[int, tuple] = {}
         self._pairs: dict[tuple, tuple] = {}
 
     def bind(self, t: torch.Tensor, op: str, comm):
         """Bind t's in-place allreduce (t: a contiguous tensor, `type(t) is torch.Tensor`) and return its run, or
         None when the library's call would refuse it (the caller's general path then raises the clear error)."""
+        if op is None or comm is None:
+            return None
         a = self._views.get(t)
-        if a is None or comm is None:
+        if a is None:
             return None
         try:
             run = comm.persistent("allreduce", a, out=a, op=op).run
         except (TypeError, ValueError):  # e.g. a bitwise op on floats: the general path says so
             return None
-        by_tensor = self.by_tensor
-        if len(by_tensor) >= self.SIZE:
-            by_tensor.pop(next(iter(by_tensor)))
-        by_tensor[id(t)] = (t.data_ptr(), t.numel(), t.dtype, op, run)
+        by_address = self.by_address
+        if len(by_address) >= self.SIZE:
+            by_address.pop(next(iter(by_address)))
+        by_address[t.data_ptr()] = (t.numel(), t.dtype, op, run)
         return run
 
     def pair(self, collective: str, x: np.ndarray, out: np.ndarray, op: str, comm):
@@ -114,15 +116,14 @@ class DirectCalls:
 
     def allreduce(self, tensors, opts=None):
         if opts is not None and len(tensors) == 1:
-            op = _OPS.get(hash(opts.reduceOp))
             t = tensors[0]
-            if op is not None and type(t) is _Tensor and t.is_contiguous():
+            op = _OPS.get(hash(opts.reduceOp))  # None: an op the general path handles (or refuses)
+            if type(t) is _Tensor and t.is_contiguous():
                 if not opts.asyncOp and self._coalesced is None and not _IN_FLIGHT:
-                    hit = self._by_tensor.get(id(t))
-                    if hit is not None and hit[0] == t.data_ptr() and hit[1] == t.numel() and hit[2] is t.dtype \
-                            and hit[3] is op:
-                        run = hit[4]
-                    else:  # None unless a dense CPU tensor of a supported dtype
+                    hit = self._by_address.get(t.data_ptr())
+                    if hit is not None and hit[0] == t.numel() and hit[1] is t.dtype and hit[2] is op:
+                        run = hit[3]
+                    else:  # None unless a dense CPU tensor of a supported dtype, and an op bound calls take
                         run = self._bound.bind(t, op, self.comm)
                     if run is not None:
                         _acquire()
@@ -131,7 +132,7 @@ class DirectCalls:
                         finally:
                             _release()
                         return self._done
-                elif self._views.get(t) is not None:
+                elif op is not None and self._views.get(t) is not None:
                     a = T.as_numpy(t)  # in flight after the return: an array that keeps the tensor alive
                     return self._issue("all_reduce", [(self._comm().allreduce, (a,), {"out": a, "op": op})], opts,
                                        None, tensors)

@@ -49,7 +49,7 @@ class CollectivesProcessGroup(DirectCalls, PointToPoint, dist.ProcessGroup):
         self._group_desc = ""
         self._views = T.Views()
         self._bound = BoundCalls(self._views)
-        self._by_tensor = self._bound.by_tensor  # read by every all_reduce (DirectCalls.allreduce)
+        self._by_address = self._bound.by_address  # read by every all_reduce (DirectCalls.allreduce)
         self._done = CompletedWork()  # what a blocking call returns (torch only calls wait() on it)
 
     # -- identity -------------------------------------------------------------------------------------

@@ -68,6 +68,9 @@ class ChunkTable:
         group sees the same ranges, so `member` is not used."""
         off = self.offset[group] if self.offset.ndim else self.offset
         length = self.length[group] if self.length.ndim else self.length
+        if self.sub == 1:  # chunk i is block i: split_points(length, blocks, i), the quotient computed once
+            q, r = np.divmod(length, self.blocks)
+            return off + (lo * q + np.minimum(lo, r)), off + (hi * q + np.minimum(hi, r))
         return off + self._start(length, lo), off + self._start(length, hi)
 
 

@@ -158,7 +158,7 @@ class Schedule:
         if not (0 <= node < self.num_nodes):
             raise ValueError(f"node must be in [0, {self.num_nodes}), got {node}")
         cols: list[tuple[np.ndarray, ...]] = []
-        base = 0
+        base = busy_lanes = 0
         for phase in self.phases:
             where = phase.locate(node)
             if where is None:
@@ -206,13 +206,13 @@ class Schedule:
                     lanes.append((order, int(slot.kind), lane_its, peer, chunk, nchunks, rchunk))
                 if lanes:
                     cols.append(self._lane_columns(phase, g, m, members, base, lanes))
+                    busy_lanes += len(lanes)
                 base += rnd.repeats
         if not cols:
             return Program.empty(node)
-        if len(cols) == 1:  # one busy round pattern: its columns are new arrays already
-            rnd_, order_, kind, peer, start, stop, remote = cols[0]
-        else:
-            rnd_, order_, kind, peer, start, stop, remote = (np.concatenate(c) for c in zip(*cols, strict=True))
+        if busy_lanes == 1:  # one busy lane: its columns are new arrays, in round order already
+            return Program(node, *cols[0][:1], *cols[0][2:])
+        rnd_, order_, kind, peer, start, stop, remote = (np.concatenate(c) for c in zip(*cols, strict=True))
         idx = np.lexsort((order_, rnd_))
         return Program(node, rnd_[idx], kind[idx], peer[idx], start[idx], stop[idx], remote[idx])
 

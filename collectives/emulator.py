@@ -19,9 +19,12 @@ from .execution import land_receives
 from .kernels import SUPPORTED_DTYPES, round_into
 from .kernels._dtypes import HALF_CODES
 from .reduction import check_op, finalize
-from .schedule import OpKind, Schedule
+from .schedule import Op, OpKind, Schedule
 from .schedule.collective import REDUCING
-from .schedule.expand import node_programs
+from .schedule.expand import expand
+
+_SEND = int(OpKind.SEND)
+_KINDS = {int(k): k for k in OpKind}
 
 
 def _check_inputs(schedule: Schedule, inputs: Sequence[np.ndarray]) -> np.dtype:
@@ -78,27 +81,32 @@ def emulate(schedule: Schedule, inputs: Sequence[np.ndarray], op: str = "sum", *
         if rng is not None:
             work[r][rng[0]:rng[1]] = np.asarray(inputs[r]).reshape(-1).astype(work_dtype)
 
-    by_round: dict[int, list[tuple[int, list]]] = defaultdict(list)
-    for node, program in enumerate(node_programs(schedule)):  # expand's table, kept for the next executor
-        for rnd, ops in program.rounds():
-            by_round[rnd].append((node, ops))
+    # expand's table (kept for the next executor) in (round, node, program order): rows are node-major in
+    # program order and each program is sorted by round, so a stable sort by round gives that order
+    t = expand(schedule)
+    rows = np.argsort(t.round, kind="stable")
+    rounds, nodes, kinds = t.round[rows].tolist(), t.node[rows].tolist(), t.kind[rows].tolist()
+    peers, starts, stops, remotes = (c[rows].tolist() for c in (t.peer, t.start, t.stop, t.remote))
+    bounds = [0, *(np.flatnonzero(np.diff(t.round[rows])) + 1).tolist(), len(rows)]
     in_flight: dict[tuple[int, int], deque] = defaultdict(deque)  # (src, dst) -> payloads in send order
-    for rnd in sorted(by_round):
-        entries = by_round[rnd]
-        for node, ops in entries:  # sends read the state as the round begins
-            for _, o in ops:
-                if o.kind == OpKind.SEND:
-                    in_flight[(node, o.peer)].append(work[node][o.start:o.stop].copy())
-        for node, ops in entries:
-            received = []
-            for _, o in ops:
-                if o.kind != OpKind.SEND:
-                    queue = in_flight[(o.peer, node)]
-                    if not queue:
-                        raise RuntimeError(f"node {node} receives from node {o.peer} in round {rnd} but nothing "
-                                           "was sent; run collectives.verify(schedule) to locate the fault")
-                    received.append((o, queue.popleft()))
-            land_receives(work[node], received, kernel_op, node)
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        for i in range(lo, hi):  # sends read the state as the round begins
+            if kinds[i] == _SEND:
+                node = nodes[i]
+                in_flight[(node, peers[i])].append(work[node][starts[i]:stops[i]].copy())
+        received: list[tuple[Op, np.ndarray]] = []
+        for i in range(lo, hi):  # each node's receives land together, in program order
+            if kinds[i] != _SEND:
+                node, peer = nodes[i], peers[i]
+                queue = in_flight[(peer, node)]
+                if not queue:
+                    raise RuntimeError(f"node {node} receives from node {peer} in round {rounds[i]} but nothing "
+                                       "was sent; run collectives.verify(schedule) to locate the fault")
+                message = Op(rounds[i], _KINDS[kinds[i]], peer, starts[i], stops[i], remotes[i])
+                received.append((message, queue.popleft()))
+            if received and (i + 1 == hi or nodes[i + 1] != nodes[i]):
+                land_receives(work[nodes[i]], received, kernel_op, nodes[i])
+                received = []
     outputs: list[np.ndarray | None] = []
     for r in range(p):
         rng = schedule.output_range(r)

@@ -394,7 +394,10 @@ def _execute(s: Schedule, t: OpTable, send_rows: np.ndarray, recv_rows: np.ndarr
 
 
 def _check_outputs(s: Schedule, t: OpTable, sym: _Symbolic) -> None:
+    """Every rank's output blocks, compared segment by segment in one pass (an allgather has p blocks per rank);
+    the first wrong segment in (rank, block, segment) order is reported."""
     all_bits = sym.all_ranks_bits()
+    rank, start, length, index, want_bits, out_start = [], [], [], [], [], []
     for r in range(s.world_size):
         rng = s.output_range(r)
         if rng is None:
@@ -402,15 +405,26 @@ def _check_outputs(s: Schedule, t: OpTable, sym: _Symbolic) -> None:
         for block in s.output_blocks(r):
             if block.length == 0:
                 continue
-            start = rng[0] + block.offset
-            a, b = sym.segments(np.array([start]), np.array([start + block.length]))
-            segs = np.arange(a[0], b[0])
-            want = all_bits if block.ranks is None else sym.ranks_bits(block.ranks)
-            want_index = block.index + sym.bounds[segs] - start
-            got, got_index = sym.state[r, segs], sym.index[r, segs]
-            wrong = np.flatnonzero((got != want).any(axis=1) | (got_index != want_index))
-            if wrong.size:
-                _wrong_output(s, t, sym, r, int(segs[wrong[0]]), want, int(want_index[wrong[0]]), rng[0])
+            rank.append(r)
+            start.append(rng[0] + block.offset)
+            length.append(block.length)
+            index.append(block.index)
+            want_bits.append(all_bits if block.ranks is None else sym.ranks_bits(block.ranks))
+            out_start.append(rng[0])
+    if not rank:
+        return
+    start_a = np.array(start, np.int64)
+    a, b = sym.segments(start_a, start_a + np.array(length, np.int64))
+    nseg = b - a
+    blk = np.repeat(np.arange(len(rank)), nseg)
+    segs = np.repeat(a - np.cumsum(nseg) + nseg, nseg) + np.arange(int(nseg.sum()))
+    rows = np.array(rank, np.int64)[blk]
+    want = np.stack(want_bits)[blk]
+    want_index = np.array(index, np.int64)[blk] + sym.bounds[segs] - start_a[blk]
+    wrong = np.flatnonzero((sym.state[rows, segs] != want).any(axis=1) | (sym.index[rows, segs] != want_index))
+    if wrong.size:
+        i = int(wrong[0])
+        _wrong_output(s, t, sym, int(rows[i]), int(segs[i]), want[i], int(want_index[i]), out_start[int(blk[i])])
 
 
 def _wrong_output(s: Schedule, t: OpTable, sym: _Symbolic, r: int, seg: int, want: np.ndarray, want_index: int,

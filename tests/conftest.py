@@ -9,10 +9,16 @@ Tests marked `any_mpi` check what differs between MPI libraries and launchers (a
 shared windows, MPI's own collectives, MPMD syntax, launcher flags, exit statuses, MPI_Abort):
 `pytest tests/mpi -m any_mpi` is a short check of another MPI (CI runs all of tests/mpi on MPICH and on Open
 MPI, .ci/run).
+
+When the `-m` expression is false for every test marked `mpi`, whatever other marks it carries (`-m "not mpi"`),
+tests/mpi and tests/torch are not even collected: none of their tests could run, and importing them costs the
+quick part every time (tests/torch imports torch, ~1.5 s).
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import sys
 from pathlib import Path
 
@@ -24,6 +30,41 @@ sys.path.insert(0, str(HERE / "mpi"))
 
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "any_mpi: checks what differs between MPIs: a short check of another MPI")
+
+
+@functools.cache
+def _excludes_every_mpi_test(markexpr: str) -> bool:
+    """True when the `-m` expression is false for a test marked `mpi` under every choice of its other marks."""
+    if not markexpr:
+        return False
+    from _pytest.mark.expression import Expression  # pytest's own parser of -m
+
+    expr = Expression.compile(markexpr)
+    names: set[str] = set()
+    while True:  # the names an evaluation looks at can depend on the others (and/or short-circuit)
+        others = sorted(names - {"mpi"})
+        if len(others) > 10:
+            return False
+        known = set(names)
+        for values in itertools.product((False, True), repeat=len(others)):
+            given = dict(zip(others, values, strict=True))
+
+            def matcher(name: str, given: dict = given, /, **kwargs) -> bool:
+                names.add(name if not kwargs else "")  # a mark's arguments: too fine to reason about here
+                return name == "mpi" or given.get(name, False)
+            if expr.evaluate(matcher):
+                return False
+        if "" in names:
+            return False
+        if names == known:
+            return True
+
+
+def pytest_ignore_collect(collection_path, config) -> bool | None:
+    if collection_path.parent == HERE and collection_path.name in ("mpi", "torch") \
+            and _excludes_every_mpi_test(config.getoption("markexpr")):
+        return True
+    return None
 
 
 def pytest_collection_modifyitems(config, items) -> None:

@@ -181,6 +181,8 @@ def _prepare_input(x: np.ndarray, k: int, out: np.ndarray) -> np.ndarray:
             f"inputs[{k}] has {x.size} elements (shape {x.shape}) but out has {out.size} (shape {out.shape}); "
             "arrays are reduced as flat element sequences and must all have out's size"
         )
+    if x is out:  # out may be exactly one of the inputs (out is checked C-contiguous already)
+        return x.reshape(-1)
     if not x.flags.c_contiguous:
         x = np.ascontiguousarray(x)
     # The kernels allow out to be exactly one of the inputs; any other overlap would read elements

@@ -55,20 +55,23 @@ class ChunkTable:
         """Every group splits the whole buffer [0, count)."""
         return cls(np.zeros(groups, np.int64), np.full(groups, count, np.int64), blocks, sub)
 
-    def _start(self, length, chunk):
-        block, s = np.divmod(chunk, self.sub)
-        b0 = split_points(length, self.blocks, block)
-        if self.sub == 1:
-            return b0
-        blen = split_points(length, self.blocks, np.minimum(block + 1, self.blocks)) - b0
-        return b0 + split_points(blen, self.sub, s)
-
     def elements(self, group, lo, hi, member=None):
         """Element range [start, stop) of chunks [lo, hi) in `group` (elementwise on arrays); every member of a
         group sees the same ranges, so `member` is not used."""
         off = self.offset[group] if self.offset.ndim else self.offset
         length = self.length[group] if self.length.ndim else self.length
-        return off + self._start(length, lo), off + self._start(length, hi)
+        # split_points(length, blocks, block) inlined, with the quotient computed once for both ends
+        q, r = np.divmod(length, self.blocks)
+        if self.sub == 1:  # chunk i is block i
+            return off + (lo * q + np.minimum(lo, r)), off + (hi * q + np.minimum(hi, r))
+        return off + self._start(q, r, lo), off + self._start(q, r, hi)
+
+    def _start(self, q, r, chunk):
+        """First element of `chunk` (sub > 1), relative to the group's offset, given divmod(length, blocks)."""
+        block, s = np.divmod(chunk, self.sub)
+        b0 = block * q + np.minimum(block, r)
+        nxt = np.minimum(block + 1, self.blocks)
+        return b0 + split_points(nxt * q + np.minimum(nxt, r) - b0, self.sub, s)
 
 
 class BlockTable:

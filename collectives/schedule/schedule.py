@@ -12,8 +12,23 @@ from ..errors import ScheduleError
 from . import collective as contract
 from .chunks import ChunkTable
 from .ops import OpKind, Program
-from .phase import Phase, evaluate_peer, evaluate_remote, evaluate_slot
+from .phase import Phase
 from .regions import Regions
+
+_MAX, _MIN = np.maximum.reduce, np.minimum.reduce
+
+
+def _int64(value, shape: tuple[int, ...]) -> np.ndarray:
+    """A slot field (an int or an integer array) as an int64 array of `shape` (what phase.evaluate_slot gives,
+    without marking it read-only: program() only reads it and builds new arrays from it)."""
+    if type(value) is int or isinstance(value, np.integer):
+        out = np.empty(shape, np.int64)
+        out.fill(value)
+        return out
+    a = np.asarray(value, dtype=np.int64)
+    if a.shape == shape:
+        return a
+    return np.broadcast_to(a, shape)
 
 
 @dataclass
@@ -143,7 +158,7 @@ class Schedule:
         if not (0 <= node < self.num_nodes):
             raise ValueError(f"node must be in [0, {self.num_nodes}), got {node}")
         cols: list[tuple[np.ndarray, ...]] = []
-        base = 0
+        base = busy_lanes = 0
         for phase in self.phases:
             where = phase.locate(node)
             if where is None:
@@ -151,6 +166,7 @@ class Schedule:
                 continue
             g, m = where
             members = phase.groups[g]
+            per_member = not isinstance(phase.chunks, ChunkTable)
             for rnd in phase.rounds:
                 if rnd.repeats == 0:
                     continue
@@ -163,32 +179,39 @@ class Schedule:
                         base += rnd.repeats
                         continue
                 lanes = []  # (order, kind, iterations, peer members, first chunk, chunks, remote chunk or None)
+                shape = its.shape
                 for order, slot in enumerate(rnd.slots(m, its)):
-                    peer = evaluate_peer(slot, its.shape)
-                    active = peer >= 0
-                    if not active.any():
+                    # the hot loop of every expansion (hundreds of thousands of slots per test run): one max
+                    # says whether the lane is busy at all and whether its peers exist, one min whether it needs
+                    # masking; idle lanes allocate nothing more
+                    peer = _int64(slot.peer, shape)
+                    top = int(_MAX(peer)) if peer.size else -1
+                    if top < 0:
                         continue
-                    every = active.all()  # then the lane needs no masking
-                    lane_its, peer = (its, peer) if every else (its[active], peer[active])
-                    if int(peer.max()) >= members.size:
-                        it = int(lane_its[np.argmax(peer)])
+                    if top >= members.size:
+                        it = int(its[np.argmax(peer)])
                         raise ScheduleError(
                             f"node {node}: phase {phase.name!r}, round {base + it}, slot {order} names peer member "
-                            f"{int(peer.max())} but its group has members 0..{members.size - 1}",
-                            node=node, round=base + it)
-                    _, chunk, nchunks = evaluate_slot(slot, its.shape)
-                    rchunk = evaluate_remote(slot, its.shape)
-                    if rchunk is None and not isinstance(phase.chunks, ChunkTable):
+                            f"{top} but its group has members 0..{members.size - 1}", node=node, round=base + it)
+                    every = int(_MIN(peer)) >= 0  # then the lane needs no masking
+                    chunk, nchunks = _int64(slot.chunk, shape), _int64(slot.nchunks, shape)
+                    rchunk = None if slot.remote is None else _int64(slot.remote, shape)
+                    if rchunk is None and per_member:
                         rchunk = chunk  # the same chunk id, in the peer's row of a per-member table
+                    lane_its = its
                     if not every:
-                        chunk, nchunks = chunk[active], nchunks[active]
+                        active = peer >= 0
+                        lane_its, peer, chunk, nchunks = its[active], peer[active], chunk[active], nchunks[active]
                         rchunk = None if rchunk is None else rchunk[active]
                     lanes.append((order, int(slot.kind), lane_its, peer, chunk, nchunks, rchunk))
                 if lanes:
                     cols.append(self._lane_columns(phase, g, m, members, base, lanes))
+                    busy_lanes += len(lanes)
                 base += rnd.repeats
         if not cols:
             return Program.empty(node)
+        if busy_lanes == 1:  # one busy lane: its columns are new arrays, in round order already
+            return Program(node, *cols[0][:1], *cols[0][2:])
         rnd_, order_, kind, peer, start, stop, remote = (np.concatenate(c) for c in zip(*cols, strict=True))
         idx = np.lexsort((order_, rnd_))
         return Program(node, rnd_[idx], kind[idx], peer[idx], start[idx], stop[idx], remote[idx])
@@ -196,9 +219,18 @@ class Schedule:
     @staticmethod
     def _lane_columns(phase: Phase, g: int, m: int, members: np.ndarray, base: int, lanes: list) -> tuple:
         """Program columns of one round pattern's active lanes, with one chunk-table lookup for all of them."""
+        if len(lanes) == 1:  # most round patterns of a node have one busy lane: no concatenation
+            order_, kind_, its, peer_m, lo, n, rlo = lanes[0]
+            size = its.shape[0]
+            start, stop = (np.asarray(v, np.int64) for v in phase.chunks.elements(g, lo, lo + n, member=m))
+            if rlo is None:
+                remote = start.copy()
+            else:
+                remote = np.array(phase.chunks.elements(g, rlo, rlo + n, member=peer_m)[0], np.int64)
+            return (base + its, np.full(size, order_, np.int64), np.full(size, kind_, np.int8), members[peer_m],
+                    start, stop, remote)
         sizes = [len(x[2]) for x in lanes]
-        cat = lambda i: np.concatenate([x[i] for x in lanes])  # noqa: E731
-        its, peer_m, lo, n = cat(2), cat(3), cat(4), cat(5)
+        its, peer_m, lo, n = (np.concatenate([x[i] for x in lanes]) for i in (2, 3, 4, 5))
         start, stop = (np.asarray(v, np.int64) for v in phase.chunks.elements(g, lo, lo + n, member=m))
         remote = start.copy()
         moved = [x[6] is not None for x in lanes]

@@ -10,9 +10,8 @@ shared windows, MPI's own collectives, MPMD syntax, launcher flags, exit statuse
 `pytest tests/mpi -m any_mpi` is a short check of another MPI (CI runs all of tests/mpi on MPICH and on Open
 MPI, .ci/run).
 
-When the `-m` expression is false for every test marked `mpi`, whatever other marks it carries (`-m "not mpi"`),
-tests/mpi and tests/torch are not even collected: none of their tests could run, and importing them costs the
-quick part every time (tests/torch imports torch, ~1.5 s).
+Under the quick part's expression, `-m "not mpi"`, tests/mpi and tests/torch are not even collected: none of
+their tests could run, and importing them costs the quick part every time (tests/torch imports torch, ~1.5 s).
 """
 
 from __future__ import annotations

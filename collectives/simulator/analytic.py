@@ -40,6 +40,7 @@ from ..topology import TIERS
 from .flows import CriticalHops, Hops, flow_hops, frontier, member_blocks, path_cache, round_flows
 from .model import CostRules
 from .recurrence import EXACT_UPDATES, advance_history, cycle_rows, iterate, rate_at, reverse_pairs, scatter
+from .replicas import domain_replicas
 from .sharing import LinkClock, SharedLinks, shared_flows, staggered, stream_ends
 from .stages import stage_frontiers, stage_groups, window_sums
 
@@ -82,6 +83,7 @@ class RoundCost:
     _scatter: object = field(default=None, repr=False)
     _shared: object = field(default=False, repr=False)
     _rates: np.ndarray = field(default=None, repr=False)
+    replicas: object = field(default=None, repr=False)  # the flows stand for more (replicas.py), or None
 
     @property
     def rows(self) -> np.ndarray:
@@ -131,7 +133,7 @@ class RoundCost:
                     self.step_kinds is None else None
                 pairs, shared = round_pairs(self.src, self.dst, n, self.lat)
                 self._rates = cycle_rows(self.src, self.dst, self.lat, self.recv_coef, own, n, self.slots,
-                                         flow_rows, pairs, shared=shared)
+                                         flow_rows, pairs, shared=shared, full=self.replicas)
                 if len(_RATES) >= 64:
                     _RATES.pop(next(iter(_RATES)))
                 _RATES[key] = (self.src, self.lat, self.recv_coef, self._rates)
@@ -299,11 +301,31 @@ def _stage_hops(rules: CostRules, phase, info: dict):
     flows = (cat(srcs, np.int64), cat(dsts, np.int64), cat(units, np.float64), cat(rn, np.int64),
              cat(ru, np.float64))
     # the paths do not depend on the piece count (only the chunk counts do): the topology's cache shares them
-    staged = (flow_hops(rules, flows, path_cache(rules.topology)), cat(lags, np.int64))
+    whole = all(np.asarray(n).dtype.kind in "iu" for n in units)
+    staged = _replicated_hops(rules, flows, cat(lags, np.int64), whole)
     if len(_STAGES) >= 16:
         _STAGES.pop(next(iter(_STAGES)))
     _STAGES[key] = (rules.topology, staged, info["lanes"])
     return staged
+
+
+def _replicated_hops(rules: CostRules, flows: tuple, lag: np.ndarray, whole: bool) -> tuple[Hops, np.ndarray]:
+    """flow_hops of a pipeline's stages and their lags; over the messages between domains and domain 0's in-domain
+    messages only where every domain repeats domain 0's (replicas.py), else over all. `whole`: the chunk counts
+    are whole numbers."""
+    cache = path_cache(rules.topology)
+    rep = domain_replicas(rules, flows, lag, whole)
+    if rep is not None:
+        src, dst, units, rn, ru = flows
+        k = rep.kept
+        hops = flow_hops(rules, (src[k], dst[k], units[k], rn, ru), cache)
+        if rep.separate(hops.fidx, hops.hl):
+            hops.replicas = rep
+            if hops.hl.size:  # chunk-hops per tier: each kept in-domain message once per domain
+                hops.tier = np.bincount(hops.hop_tier, weights=(hops.units * rep.copies)[hops.fidx],
+                                        minlength=len(TIERS))[:len(TIERS)]
+            return hops, lag[k]
+    return flow_hops(rules, flows, cache), lag
 
 
 def _stage_rounds(rules: CostRules, pi: int, rnd, info: dict, staged) -> list[RoundCost]:
@@ -335,7 +357,7 @@ def _stage_rounds(rules: CostRules, pi: int, rnd, info: dict, staged) -> list[Ro
         rc = RoundCost(pi, rnd.repeats if rnd.uniform else 1, rnd.uniform, full.src, full.dst, full.lat, full.coef,
                        full.crit_link, full.crit_factor, full.red_node, full.red_coef, tiers[i], full.load_coef,
                        rows_all[a[i]:b[i]], flows_all[a[i]:b[i]], full.recv_coef, full.red_flow, full.overlap,
-                       full.net, kind[i], slots=rules.credit_slots, units=full.units)
+                       full.net, kind[i], slots=rules.credit_slots, units=full.units, replicas=hops.replicas)
         out.append(rc)
     return out
 

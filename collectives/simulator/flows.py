@@ -135,6 +135,8 @@ class Hops:
     hop_tier: np.ndarray = None  # tier of each used hop
     units: np.ndarray = None  # chunks of each flow
     raw_per_hop: np.ndarray | None = None  # hop_load / raw_bw (None where hop_load is a shared_load)
+    # a pipeline costed on one domain's in-domain messages (replicas.py): what each flow stands for, or None
+    replicas: object = None
 
 
 def _paths(rules: CostRules, src: np.ndarray, dst: np.ndarray) -> tuple:

@@ -32,7 +32,7 @@ class StageGroups:
     kinds: np.ndarray  # (S, 2): the stage holds rank-to-rank flows over NVLink, over the network
 
 
-def _stable_order(keys: np.ndarray) -> np.ndarray:
+def stable_order(keys: np.ndarray) -> np.ndarray:
     """np.argsort(keys, kind="stable") of non-negative integer keys; small keys sort as int16 (numpy's radix
     sort: linear time, the same permutation since the sort is stable)."""
     if keys.size and int(keys.min()) >= 0 and int(keys.max()) < np.iinfo(np.int16).max:
@@ -50,7 +50,7 @@ def stage_groups(rules: CostRules, hops: Hops, lag: np.ndarray, S: int) -> Stage
     F = hops.src.size
     if F:
         lats, linv = group_values(hops.lat)
-        order = _stable_order(lag * lats.size + linv)
+        order = stable_order(lag * lats.size + linv)
         code = (lag * lats.size + linv)[order]
         starts = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
         sizes = np.diff(np.r_[starts, F])
@@ -103,7 +103,8 @@ def _stage_tiers(hops: Hops, lag: np.ndarray, S: int) -> np.ndarray:
     if not hops.hl.size:
         return np.zeros((S, len(TIERS)))
     tiers = hops.hop_tier
-    units = hops.units[hops.fidx]
+    # a flow standing for copies of itself in other domains (replicas.py) counts once per copy
+    units = hops.units[hops.fidx] if hops.replicas is None else (hops.units * hops.replicas.copies)[hops.fidx]
     cell = lag[hops.fidx] * len(TIERS) + tiers
     return np.bincount(cell, weights=units, minlength=S * len(TIERS))[:S * len(TIERS)].reshape(S, len(TIERS))
 

@@ -318,7 +318,7 @@ def _replicated_hops(rules: CostRules, flows: tuple, lag: np.ndarray, whole: boo
     if rep is not None:
         src, dst, units, rn, ru = flows
         k = rep.kept
-        hops = flow_hops(rules, (src[k], dst[k], units[k], rn, ru), cache)
+        hops = flow_hops(rules, (src[k], dst[k], units[k], rn, ru), cache, replicas=rep)
         if rep.separate(hops.fidx, hops.hl):
             hops.replicas = rep
             if hops.hl.size:  # chunk-hops per tier: each kept in-domain message once per domain

@@ -41,6 +41,16 @@ class Replicas:
     nvlink_links: int  # links [0, nvlink_links) are the ranks' NVLink links
     src: np.ndarray  # every message's ends
     dst: np.ndarray
+    gpus_per_domain: int
+    # per kept message: 1 where it counts towards its links' loads, 0 for a copy kept in a domain other than
+    # domain 0 (its links load as domain 0's: `load_links`); None when no copy is kept
+    own_load: np.ndarray | None = None
+
+    def load_links(self, hl: np.ndarray) -> np.ndarray:
+        """Links as their loads are summed: every domain's NVLink links as domain 0's (rank r's up link r and
+        down link N + r as those of rank r mod G), other links as themselves."""
+        N, G = self.nvlink_links // 2, self.gpus_per_domain
+        return np.where(hl < N, hl % G, np.where(hl < 2 * N, N + (hl - N) % G, hl))
 
     @property
     def balanced(self) -> bool:
@@ -90,17 +100,46 @@ def _rows_equal(x: np.ndarray) -> bool:
     return bool((x[1:] == x[:1]).all())
 
 
+def _columns_equal(x: np.ndarray) -> np.ndarray:
+    """Per column of the (D, c) array x: every row holds its first row's value."""
+    return (x[1:] == x[:1]).all(axis=0)
+
+
+def _copies(P: np.ndarray, src, dst, units, lag, place: np.ndarray, reduced) -> np.ndarray:
+    """Per column of P (row d: domain d's in-domain messages, in order): whether every row's message is a copy
+    of row 0's (same stage, a receiver that reduces the same: `reduced`, per node the chunks it reduces and
+    whether it reduces, or None); all False unless every row loads its domain's links as row 0 does (the same
+    ends within the domain and chunks, message by message)."""
+    if not all(_rows_equal(x) for x in (place[src[P]], place[dst[P]], units[P])):
+        return np.zeros(P.shape[1], bool)
+    same = _columns_equal(lag[P])
+    if reduced is not None:  # what each in-domain receiver reduces in the round (its reduction time's share)
+        to = dst[P]
+        same &= _columns_equal(reduced[0][to]) & _columns_equal(reduced[1][to])
+    return same
+
+
+# the least share of a pipeline's messages the copies must be for the shortcut to pay for its checks
+MIN_DROPPED = 0.4
+
+
 def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: bool) -> Replicas | None:
     """The Replicas of a pipeline's messages `flows` (src, dst, chunks, reducing nodes, their chunks) with
-    stages `lag` (`integral`: the chunk counts are whole numbers), or None where the domains' in-domain messages are not copies of domain 0's (or the cluster's
-    domains are not alike: a placement, uneven domains, another topology)."""
+    stages `lag` (`integral`: the chunk counts are whole numbers), or None where no in-domain message of domain
+    0 has its copies in every other domain (or the cluster's domains are not alike: a placement, uneven
+    domains, another topology).
+
+    Every domain's in-domain messages must load its links as domain 0's do (the same ends within the domain and
+    chunks, message by message); a message of domain 0 then stands for its copies when they also run at its
+    stage into receivers that reduce what its receiver reduces. Copies that do not (a rank that reduces what a
+    tree across domains sends it, depending on its place in that tree) are kept as messages of their own."""
     topo = rules.topology
     if getattr(topo, "_slot", 1) is not None or not hasattr(topo, "hop_list") or not hasattr(topo, "D"):
         return None
     N, G, D = int(topo.world_size), int(topo.G), int(topo.D)
     src, dst, units, rn, ru = flows
-    if D < 2 or N != G * D or src.size == 0:
-        return None
+    if D < 2 or N != G * D or src.size == 0 or not integral or float(units.sum()) * 64 >= 2.0 ** 53:
+        return None  # (chunk-hop sums are exact in any order for whole chunks far below 2**53)
     domain, place, alike = _tables(topo)
     if not alike:
         return None
@@ -112,29 +151,33 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
     dom = ds[pos]
     if not np.array_equal(np.bincount(dom, minlength=D), np.full(D, pos.size // D)):
         return None
+    reduced = None
+    if rn.size:
+        size = max(int(rn.max()) + 1, N + D)
+        reduced = (np.bincount(rn, weights=ru, minlength=size), np.bincount(rn, minlength=size) > 0)
+    # domain 1 against domain 0 first (a small share of the work): worth going on only if enough copies drop
+    pair = np.stack([pos[dom == 0], pos[dom == 1]])
+    if _copies(pair, src, dst, units, lag, place, reduced).sum() * (D - 1) < MIN_DROPPED * src.size:
+        return None
     # each domain's in-domain messages in their order, domain by domain: row d of P is domain d's
     P = pos[stable_order(dom)].reshape(D, -1)
     if not bool((P[1:] > P[:1]).all()):  # an original comes before its copies
         return None
-    # the same ends within the domain, chunks and stage
-    if not all(_rows_equal(x) for x in (place[src[P]], place[dst[P]], units[P], lag[P])):
+    same = _copies(P, src, dst, units, lag, place, reduced)
+    if not same.any():
         return None
-    if not (integral and float(units.sum()) * 64 < 2.0 ** 53):
-        return None  # chunk-hop sums exact in any order (whole chunks, far below 2**53)
-    if rn.size:  # what each in-domain receiver reduces in the round (its reduction time's share)
-        size = max(int(rn.max()) + 1, N + D)
-        to = dst[P]
-        if not (_rows_equal(np.bincount(rn, weights=ru, minlength=size)[to]) and
-                _rows_equal(np.bincount(rn, minlength=size)[to] > 0)):
-            return None
     keep = np.ones(src.size, bool)
-    keep[P[1:].ravel()] = False
+    keep[P[1:, same].ravel()] = False
     kept = np.flatnonzero(keep)
     full_index = np.empty(src.size, np.int64)
     full_index[kept] = np.arange(kept.size, dtype=np.int64)
-    full_index[P[1:]] = full_index[P[:1]]
+    full_index[P[1:, same]] = full_index[P[:1, same]]
     copies = np.bincount(full_index, minlength=kept.size).astype(np.float64)
-    return Replicas(kept, full_index, copies, local[kept], 2 * N, src, dst)
+    own = None
+    if not same.all():  # the copies kept load their domains' links, which load as domain 0's: counted there
+        own = np.ones(kept.size)
+        own[full_index[P[1:, ~same].ravel()]] = 0.0
+    return Replicas(kept, full_index, copies, local[kept], 2 * N, src, dst, G, own)
 
 
 __all__ = ["Replicas", "domain_replicas"]

@@ -20,6 +20,7 @@ from collectives.topology import preset
 @pytest.fixture
 def bulk(monkeypatch):
     monkeypatch.setattr(analytic, "DATAFLOW_MAX_NODES", 0)
+    monkeypatch.setattr(replicas, "MIN_DROPPED", 0.0)  # the shortcut wherever some copies drop
 
 
 def _figures(r) -> tuple:
@@ -55,7 +56,9 @@ def test_replicated_domains_cost_as_all_messages(bulk, monkeypatch, name, params
     fast, general, answers = _both(monkeypatch, _symmetric, name, nbytes, **params)
     assert fast == general
     if name == "hierarchical" and not params:  # NVLS + SHARP: every domain's NVLS stages alike
-        assert any(a is not None for a in answers)
+        assert any(a is not None and a.own_load is None for a in answers)
+    if name == "nvls_tree":  # the ranks reduce what the tree across domains sends them: their receives are kept
+        assert any(a is not None and a.own_load is not None for a in answers)
 
 
 @pytest.mark.parametrize("overrides", [dict(domain_sizes=[4, 4, 3, 4]),  # an uneven domain
@@ -88,10 +91,12 @@ def _stage_flows(topology, name: str = "hierarchical"):
     return rules, f, cat(lags)
 
 
-def test_kept_messages_cost_what_they_cost_among_all():
-    rules, f, lag = _stage_flows(_symmetric())
+@pytest.mark.parametrize("name", ["hierarchical", "nvls_tree"])  # every copy drops; some are kept
+def test_kept_messages_cost_what_they_cost_among_all(monkeypatch, name):
+    monkeypatch.setattr(replicas, "MIN_DROPPED", 0.0)
+    rules, f, lag = _stage_flows(_symmetric(), name)
     rep = replicas.domain_replicas(rules, f, lag, True)
-    assert rep is not None and rep.kept.size < f[0].size
+    assert rep is not None and rep.kept.size < f[0].size and (rep.own_load is None) == (name == "hierarchical")
     whole = flows.flow_hops(rules, f)
     hops, kept_lag = analytic._replicated_hops(rules, f, lag, True)
     k = rep.kept
@@ -101,32 +106,41 @@ def test_kept_messages_cost_what_they_cost_among_all():
     # per flow its busiest hop's load per bandwidth, and the busiest link
     per = lambda h: np.maximum.reduceat(h.hop_load / h.raw_bw, h.starts)  # noqa: E731
     assert np.array_equal(per(hops), per(whole)[np.isin(np.flatnonzero(np.bincount(whole.fidx)), k)])
+    assert np.array_equal(hops.hop_load, whole.hop_load[np.isin(whole.fidx, k)])
     assert hops.load_coef == whole.load_coef and np.array_equal(hops.tier, whole.tier)
     # every message is a kept one, or a copy of one with the same values
     assert np.array_equal(rep.expand(hops.lat), whole.lat)
     assert float(rep.copies.sum()) == f[0].size
 
 
-def test_a_domain_that_differs_is_caught():
+def test_a_domain_that_differs_is_caught(monkeypatch):
+    monkeypatch.setattr(replicas, "MIN_DROPPED", 0.0)
     rules, f, lag = _stage_flows(_symmetric())
     src, dst, units, rn, ru = f
     G, N = 4, rules.topology.world_size
+    base = replicas.domain_replicas(rules, f, lag, True)
+    assert base is not None and base.own_load is None
     local = np.flatnonzero((src < N) & (dst >= N) & (dst < N + 4) & (src // G == 2))  # domain 2 into its switch
     assert local.size
     more = units.copy()
-    more[local[0]] += 1  # one message of domain 2 carries a chunk more
+    more[local[0]] += 1  # one message of domain 2 carries a chunk more: its domain's links load differently
     assert replicas.domain_replicas(rules, (src, dst, more, rn, ru), lag, True) is None
+    assert replicas.domain_replicas(rules, f, lag, False) is None  # chunk counts that are not whole
+
+    def kept_with_copies(rep, flow):  # the message is kept, and so are its copies in the other 3 domains
+        more = rep.kept.size - base.kept.size if rep is not None else 0
+        return rep.own_load is not None and flow in set(rep.kept.tolist()) and more > 0 and more % 3 == 0
     late = lag.copy()
     late[local[0]] += 1  # one stage later
-    assert replicas.domain_replicas(rules, f, late, True) is None
+    assert kept_with_copies(replicas.domain_replicas(rules, f, late, True), local[0])
     # a receiver in domain 1 reduces more than its counterparts
-    to = dst[np.flatnonzero((dst < N) & (src == N + 1))[0]]
-    assert replicas.domain_replicas(rules, (src, dst, units, np.r_[rn, to], np.r_[ru, 1.0]), lag, True) is None
-    assert replicas.domain_replicas(rules, f, lag, False) is None  # chunk counts that are not whole
-    assert replicas.domain_replicas(rules, f, lag, True) is not None
+    into = np.flatnonzero((dst < N) & (src == N + 1))[0]
+    rep = replicas.domain_replicas(rules, (src, dst, units, np.r_[rn, dst[into]], np.r_[ru, 1.0]), lag, True)
+    assert kept_with_copies(rep, into)
 
 
-def test_messages_between_domains_on_nvlink_are_caught():
+def test_messages_between_domains_on_nvlink_are_caught(monkeypatch):
+    monkeypatch.setattr(replicas, "MIN_DROPPED", 0.0)
     rules, f, lag = _stage_flows(_symmetric())
     rep = replicas.domain_replicas(rules, f, lag, True)
     hops = flows.flow_hops(rules, tuple(x[rep.kept] if i < 3 else x for i, x in enumerate(f)))

@@ -40,7 +40,7 @@ from ..topology import TIERS
 from .flows import CriticalHops, Hops, flow_hops, frontier, member_blocks, path_cache, round_flows
 from .model import CostRules
 from .recurrence import EXACT_UPDATES, advance_history, cycle_rows, iterate, rate_at, reverse_pairs, scatter
-from .replicas import domain_replicas
+from .replicas import replicated_hops
 from .sharing import LinkClock, SharedLinks, shared_flows, staggered, stream_ends
 from .stages import stage_frontiers, stage_groups, window_sums
 
@@ -222,7 +222,8 @@ def _round_cost(rules: CostRules, pi: int, h: Hops, repeats: int, collapsed: boo
                          base.red_node, base.red_coef, base.tier_chunks, base.load_coef / rules.efficiency, None,
                          None, rc_flow, base.red_flow, rules.overlap_reduce, h.net, slots=rules.credit_slots,
                          units=h.units, hops=h,
-                         hop_bw=None if base.hop_bw is None or not sharing else base.hop_bw * rules.efficiency)
+                         hop_bw=None if base.hop_bw is None or not sharing else base.hop_bw * rules.efficiency,
+                         replicas=h.replicas)
     memo = h.costs.get(rules.key)
     if memo is not None and memo.repeats == repeats and memo.phase == pi:
         return memo
@@ -253,7 +254,7 @@ def _round_cost(rules: CostRules, pi: int, h: Hops, repeats: int, collapsed: boo
     rc_flow = rules.reduce_end(coef, red_flow)
     rc = RoundCost(pi, repeats, collapsed, src, dst, h.lat, coef, crit_link, crit_factor, h.rn, h.rc, h.tier,
                    h.load_coef, None, None, rc_flow, red_flow, rules.overlap_reduce, h.net, slots=rules.credit_slots,
-                   units=h.units, hops=h, hop_bw=bw)
+                   units=h.units, hops=h, hop_bw=bw, replicas=h.replicas)
     if rules.efficiency == 1.0:
         h.costs[rules.key] = rc
     return rc
@@ -265,11 +266,18 @@ _ROUND_HOPS: dict[tuple, tuple] = {}
 def _round_hops(rules: CostRules, phase, rnd, it: int, blocks, paths) -> Hops:
     """`flow_hops` of one round iteration, kept per Round object (and groups array): a builder that reuses its
     rounds for every size of a sweep (their messages count chunks, not elements) is costed once."""
-    key = (id(rnd), it, id(phase.groups), id(rules.topology), rules.dtype)
+    bulk = rules.topology.num_nodes > DATAFLOW_MAX_NODES
+    key = (id(rnd), it, id(phase.groups), id(rules.topology), rules.dtype, bulk)
     hit = _ROUND_HOPS.get(key)
     if hit is not None and hit[0] is rnd and hit[1] is phase.groups and hit[2] is rules.topology:
         return hit[3]
-    hops = flow_hops(rules, round_flows(phase, rnd, it, blocks), paths, share=True)
+    flows = round_flows(phase, rnd, it, blocks)
+    if bulk:  # the bulk model reads maxima and sums only: identical domains costed on one (replicas.py)
+        units = flows[2]
+        hops = replicated_hops(rules, flows, np.zeros(units.size, np.int64), np.array_equal(units, np.floor(units)),
+                               share=True)[0]
+    else:
+        hops = flow_hops(rules, flows, paths, share=True)
     if len(_ROUND_HOPS) >= 4096:
         _ROUND_HOPS.pop(next(iter(_ROUND_HOPS)))
     _ROUND_HOPS[key] = (rnd, phase.groups, rules.topology, hops)
@@ -302,30 +310,11 @@ def _stage_hops(rules: CostRules, phase, info: dict):
              cat(ru, np.float64))
     # the paths do not depend on the piece count (only the chunk counts do): the topology's cache shares them
     whole = all(np.asarray(n).dtype.kind in "iu" for n in units)
-    staged = _replicated_hops(rules, flows, cat(lags, np.int64), whole)
+    staged = replicated_hops(rules, flows, cat(lags, np.int64), whole)
     if len(_STAGES) >= 16:
         _STAGES.pop(next(iter(_STAGES)))
     _STAGES[key] = (rules.topology, staged, info["lanes"])
     return staged
-
-
-def _replicated_hops(rules: CostRules, flows: tuple, lag: np.ndarray, whole: bool) -> tuple[Hops, np.ndarray]:
-    """flow_hops of a pipeline's stages and their lags; over the messages between domains and domain 0's in-domain
-    messages only where every domain repeats domain 0's (replicas.py), else over all. `whole`: the chunk counts
-    are whole numbers."""
-    cache = path_cache(rules.topology)
-    rep = domain_replicas(rules, flows, lag, whole)
-    if rep is not None:
-        src, dst, units, rn, ru = flows
-        k = rep.kept
-        hops = flow_hops(rules, (src[k], dst[k], units[k], rn, ru), cache, replicas=rep)
-        if rep.separate(hops.fidx, hops.hl):
-            hops.replicas = rep
-            if hops.hl.size:  # chunk-hops per tier: each kept in-domain message once per domain
-                hops.tier = np.bincount(hops.hop_tier, weights=(hops.units * rep.copies)[hops.fidx],
-                                        minlength=len(TIERS))[:len(TIERS)]
-            return hops, lag[k]
-    return flow_hops(rules, flows, cache), lag
 
 
 def _stage_rounds(rules: CostRules, pi: int, rnd, info: dict, staged) -> list[RoundCost]:

@@ -217,12 +217,9 @@ def shared_load(links: np.ndarray, units: np.ndarray) -> np.ndarray:
     return out
 
 
-def flow_hops(rules: CostRules, flows: tuple, cache: PathCache | None = None, share: bool = False,
-              replicas=None) -> Hops:
+def flow_hops(rules: CostRules, flows: tuple, cache: PathCache | None = None, share: bool = False) -> Hops:
     """Paths, link loads and latencies of one set of flows. `share`: each hop's load is `shared_load` (a round's
-    flows, which start together) instead of its link's total (a pipeline's stages priced at once). `replicas`
-    (replicas.Replicas with own_load): the flows of domains other than 0 that are kept load their links as
-    domain 0's flows load domain 0's: the loads are summed over domain 0's links."""
+    flows, which start together) instead of its link's total (a pipeline's stages priced at once)."""
     src, dst, u, rn, ru = flows
     F = src.size
     topo = rules.topology
@@ -230,16 +227,13 @@ def flow_hops(rules: CostRules, flows: tuple, cache: PathCache | None = None, sh
                                                         lambda r, a, b: _paths(r, a, b))(rules, src, dst)
     if hl.size:
         uh = u[fidx]
-        links, weight = hl, uh
-        if replicas is not None and replicas.own_load is not None:
-            links, weight = replicas.load_links(hl), (u * replicas.own_load)[fidx]
         # chunks on each hop's link: over all links when the hops are many, over the links used when few
         # (the same sums, in the same order)
         if 8 * hl.size >= topo.num_links:
-            hop_load = np.bincount(links, weights=weight, minlength=topo.num_links)[links]
+            hop_load = np.bincount(hl, weights=uh, minlength=topo.num_links)[hl]
         else:
-            _, inv = np.unique(links, return_inverse=True)
-            hop_load = np.bincount(inv, weights=weight)[inv]
+            _, inv = np.unique(hl, return_inverse=True)
+            hop_load = np.bincount(inv, weights=uh)[inv]
         # the busiest link: a maximum over the hops is one over the links carrying anything
         raw_per_hop = hop_load / raw_bw
         load_coef = float(raw_per_hop.max())

@@ -1,22 +1,24 @@
-"""Identical scale-up domains: a huge pipeline's messages inside its NVLink domains costed on one domain.
+"""Alike scale-up domains: a huge pipeline's messages inside its NVLink domains costed once per kind of domain.
 
 On a cluster without a placement, domain d is ranks [d G, (d + 1) G) and its switch node N + d (cluster.py), and a
 message between two nodes of one domain crosses that domain's NVLink links only (rank r's up link r and down
-link N + r: Cluster.hop_list), which carry nothing else unless a message between domains takes a PXN hop. When
-every domain's in-domain messages are domain 0's shifted by the domain's offset - the same ends within the
-domain, chunks and stage, in the same order, into receivers that reduce the same - over NVLink links of the same
-bandwidth and latency, their paths, link loads, latencies and seconds per byte are domain 0's. The analytic bulk
-model then costs the messages between domains and domain 0's in-domain messages only (`Replicas.kept`), and
-what reads every message gets the copies back:
+link N + r: Cluster.hop_list), which carry nothing else unless a message between domains takes a PXN hop. Two
+domains whose in-domain messages are the same up to the domain's offset - the same ends within the domain,
+chunks and stage, message by message in the same order, into receivers that reduce the same - over NVLink
+links of the same bandwidth and latency have the same paths, link loads, latencies and seconds per byte. Most
+schedules have few kinds of domain (every domain alike in an NVLS stage; a handful of places in a tree across
+domains), so the analytic bulk model costs the messages between domains and the in-domain messages of the first
+domain of each kind only (`Replicas.kept`), and what reads every message gets the copies back:
 
-* the chunk-hops per tier count each kept in-domain message D times (`copies`; chunk counts are whole numbers,
-  so the sums are exact, as stages.window_sums also relies on);
+* the chunk-hops per tier count each kept in-domain message once per domain of its kind (`copies`; chunk
+  counts are whole numbers, so the sums are exact, as stages.window_sums also relies on);
 * the cycle rate's balance test and means (recurrence.cycle_rows) read the full arrays (`expand`);
 * everything else takes maxima, or the first message attaining one, which the kept messages give unchanged:
-  every copy has the values of its domain-0 original, which comes first in the message order and in the node
-  order (both are checked).
+  every copy has the values of its original, which comes first in the message order and in the node order
+  (both are checked).
 
-Every condition is checked on the arrays; where one fails, `domain_replicas` returns None and the general path
+Domains are sorted into kinds by a hash of their messages, and every domain is then compared with the first of
+its kind element by element; where a condition fails, `domain_replicas` returns None and the general path
 (every message) runs. Results are the same floats either way (tests/unit/test_replicas.py).
 """
 
@@ -26,31 +28,36 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..topology import TIERS
+from .flows import Hops, flow_hops, path_cache
 from .model import CostRules
 from .stages import stable_order
 
 
 @dataclass
 class Replicas:
-    """The messages of a pipeline kept for costing when its domains repeat domain 0's in-domain messages."""
+    """The messages kept for costing when domains repeat the in-domain messages of the first of their kind."""
 
-    kept: np.ndarray  # indices (increasing) of the messages kept: all between domains, domain 0's inside one
-    full_index: np.ndarray  # per message: the kept message it equals (itself, or its domain-0 original)
-    copies: np.ndarray  # per kept message: how many messages it stands for (D or 1), as float
+    kept: np.ndarray  # indices (increasing) of the messages kept: all between domains, the first domains' inside
+    index: np.ndarray  # per message: its index among the kept ones (a dropped one: that of the next kept)
+    originals: np.ndarray  # (copies, c): the messages the dropped ones (rows of `dropped`) are copies of
+    dropped: np.ndarray  # (copies, c): the dropped messages, a domain per row, in the order of its original's
+    copies: np.ndarray  # per kept message: how many messages it stands for, as float
     local: np.ndarray  # per kept message: it stays inside one domain
     nvlink_links: int  # links [0, nvlink_links) are the ranks' NVLink links
     src: np.ndarray  # every message's ends
     dst: np.ndarray
-    gpus_per_domain: int
-    # per kept message: 1 where it counts towards its links' loads, 0 for a copy kept in a domain other than
-    # domain 0 (its links load as domain 0's: `load_links`); None when no copy is kept
-    own_load: np.ndarray | None = None
+    kinds: int  # kinds of domain (each costed once)
+    _full: np.ndarray | None = None
 
-    def load_links(self, hl: np.ndarray) -> np.ndarray:
-        """Links as their loads are summed: every domain's NVLink links as domain 0's (rank r's up link r and
-        down link N + r as those of rank r mod G), other links as themselves."""
-        N, G = self.nvlink_links // 2, self.gpus_per_domain
-        return np.where(hl < N, hl % G, np.where(hl < 2 * N, N + (hl - N) % G, hl))
+    @property
+    def full_index(self) -> np.ndarray:
+        """Per message: the kept message it equals (itself, or its original)."""
+        if self._full is None:
+            full = self.index.copy()
+            full[self.dropped] = self.index[self.originals]
+            self._full = full
+        return self._full
 
     @property
     def balanced(self) -> bool:
@@ -87,7 +94,8 @@ def _tables(topo) -> tuple[np.ndarray, np.ndarray, bool]:
     place[:N] = np.arange(N) % G
     place[N:N + D] = G
     bw, lat, tier = topo.link_attributes(np.arange(2 * N, dtype=np.int64))
-    alike = all(_rows_equal(x.reshape(2, D, G).transpose(1, 0, 2).reshape(D, 2 * G)) for x in (bw, lat, tier))
+    per_domain = (x.reshape(2, D, G).transpose(1, 0, 2).reshape(D, 2 * G) for x in (bw, lat, tier))
+    alike = all(bool((x[1:] == x[:1]).all()) for x in per_domain)
     value = (domain, place, alike)
     if len(_TABLES) >= 4:
         _TABLES.pop(next(iter(_TABLES)))
@@ -95,28 +103,21 @@ def _tables(topo) -> tuple[np.ndarray, np.ndarray, bool]:
     return value
 
 
-def _rows_equal(x: np.ndarray) -> bool:
-    """Every row of the (D, c) array x equals its first."""
-    return bool((x[1:] == x[:1]).all())
-
-
-def _columns_equal(x: np.ndarray) -> np.ndarray:
-    """Per column of the (D, c) array x: every row holds its first row's value."""
-    return (x[1:] == x[:1]).all(axis=0)
-
-
-def _copies(P: np.ndarray, src, dst, units, lag, place: np.ndarray, reduced) -> np.ndarray:
-    """Per column of P (row d: domain d's in-domain messages, in order): whether every row's message is a copy
-    of row 0's (same stage, a receiver that reduces the same: `reduced`, per node the chunks it reduces and
-    whether it reduces, or None); all False unless every row loads its domain's links as row 0 does (the same
-    ends within the domain and chunks, message by message)."""
-    if not all(_rows_equal(x) for x in (place[src[P]], place[dst[P]], units[P])):
-        return np.zeros(P.shape[1], bool)
-    same = _columns_equal(lag[P])
-    if reduced is not None:  # what each in-domain receiver reduces in the round (its reduction time's share)
-        to = dst[P]
-        same &= _columns_equal(reduced[0][to]) & _columns_equal(reduced[1][to])
-    return same
+def _kinds(rows: list[np.ndarray]) -> np.ndarray:
+    """Per domain (row of each (D, c) array in `rows`): the first domain whose rows are all equal to its own,
+    by a hash of each row, then checked element by element (a hash collision would fail the check: -1)."""
+    D, c = rows[0].shape
+    rng = np.random.default_rng(0x5EED)
+    h = np.zeros(D, np.uint64)
+    with np.errstate(over="ignore"):
+        for x in rows:
+            h = h * np.uint64(0x9E3779B97F4A7C15) + (x.view(np.uint64) @ rng.integers(1, 2 ** 63, c, np.uint64))
+    _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
+    rep = first[inverse]
+    copy = np.flatnonzero(rep != np.arange(D))
+    if not all(bool((x[copy] == x[rep[copy]]).all()) for x in rows):
+        return np.full(D, -1, np.int64)
+    return rep
 
 
 # the least share of a pipeline's messages the copies must be for the shortcut to pay for its checks
@@ -124,15 +125,9 @@ MIN_DROPPED = 0.4
 
 
 def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: bool) -> Replicas | None:
-    """The Replicas of a pipeline's messages `flows` (src, dst, chunks, reducing nodes, their chunks) with
-    stages `lag` (`integral`: the chunk counts are whole numbers), or None where no in-domain message of domain
-    0 has its copies in every other domain (or the cluster's domains are not alike: a placement, uneven
-    domains, another topology).
-
-    Every domain's in-domain messages must load its links as domain 0's do (the same ends within the domain and
-    chunks, message by message); a message of domain 0 then stands for its copies when they also run at its
-    stage into receivers that reduce what its receiver reduces. Copies that do not (a rank that reduces what a
-    tree across domains sends it, depending on its place in that tree) are kept as messages of their own."""
+    """The Replicas of messages `flows` (src, dst, chunks, reducing nodes, their chunks) at stages `lag`
+    (`integral`: the chunk counts are whole numbers), or None where the copies would be too few of the messages
+    (MIN_DROPPED), or the cluster's domains are not alike (a placement, uneven domains, another topology)."""
     topo = rules.topology
     if getattr(topo, "_slot", 1) is not None or not hasattr(topo, "hop_list") or not hasattr(topo, "D"):
         return None
@@ -146,38 +141,60 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
     ds = domain[src]
     local = (ds == domain[dst]) & (ds >= 0)
     pos = np.flatnonzero(local)
-    if pos.size == 0 or pos.size % D:
+    if pos.size < MIN_DROPPED * src.size or pos.size % D:
         return None
     dom = ds[pos]
     if not np.array_equal(np.bincount(dom, minlength=D), np.full(D, pos.size // D)):
         return None
-    reduced = None
-    if rn.size:
-        size = max(int(rn.max()) + 1, N + D)
-        reduced = (np.bincount(rn, weights=ru, minlength=size), np.bincount(rn, minlength=size) > 0)
-    # domain 1 against domain 0 first (a small share of the work): worth going on only if enough copies drop
-    pair = np.stack([pos[dom == 0], pos[dom == 1]])
-    if _copies(pair, src, dst, units, lag, place, reduced).sum() * (D - 1) < MIN_DROPPED * src.size:
-        return None
     # each domain's in-domain messages in their order, domain by domain: row d of P is domain d's
     P = pos[stable_order(dom)].reshape(D, -1)
-    if not bool((P[1:] > P[:1]).all()):  # an original comes before its copies
+    to = dst[P]
+    # a message's ends within the domain and its stage in one integer (as 64-bit words, with the chunks)
+    top = int(lag.max()) + 1 if lag.size else 1
+    if (G + 1) ** 2 * top >= 2 ** 62 or (lag.size and int(lag.min()) < 0):
         return None
-    same = _copies(P, src, dst, units, lag, place, reduced)
-    if not same.any():
+    rows = [(place[src[P]].astype(np.int64) * (G + 1) + place[to]) * top + lag[P], units[P]]
+    if rn.size:  # what each in-domain receiver reduces in the round (its reduction time's share); -1: nothing
+        size = max(int(rn.max()) + 1, N + D)
+        reduced = np.where(np.bincount(rn, minlength=size) > 0, np.bincount(rn, weights=ru, minlength=size), -1.0)
+        rows.append(reduced[to])
+    rep = _kinds(rows)
+    copy = np.flatnonzero(rep != np.arange(D))
+    if rep[0] < 0 or copy.size == 0 or copy.size * P.shape[1] < MIN_DROPPED * src.size:
+        return None
+    originals, dropped = P[rep[copy]], P[copy]
+    if not bool((dropped > originals).all()):  # an original comes before its copies
         return None
     keep = np.ones(src.size, bool)
-    keep[P[1:, same].ravel()] = False
+    keep[dropped.ravel()] = False
+    index = np.cumsum(keep) - 1
     kept = np.flatnonzero(keep)
-    full_index = np.empty(src.size, np.int64)
-    full_index[kept] = np.arange(kept.size, dtype=np.int64)
-    full_index[P[1:, same]] = full_index[P[:1, same]]
-    copies = np.bincount(full_index, minlength=kept.size).astype(np.float64)
-    own = None
-    if not same.all():  # the copies kept load their domains' links, which load as domain 0's: counted there
-        own = np.ones(kept.size)
-        own[full_index[P[1:, ~same].ravel()]] = 0.0
-    return Replicas(kept, full_index, copies, local[kept], 2 * N, src, dst, G, own)
+    copies = np.ones(kept.size)
+    kinds = np.flatnonzero(rep == np.arange(D))
+    copies[index[P[kinds]]] = np.bincount(rep, minlength=D)[kinds][:, None]
+    return Replicas(kept, index, originals, dropped, copies, local[kept], 2 * N, src, dst, kinds.size)
 
 
-__all__ = ["Replicas", "domain_replicas"]
+def replicated_hops(rules: CostRules, flows: tuple, lag: np.ndarray, whole: bool, share: bool = False
+                    ) -> tuple[Hops, np.ndarray]:
+    """flow_hops of messages `flows` at stages `lag` (a pipeline's stages, or one round's messages: lag 0), and
+    the lags of the messages costed: the messages between domains and the in-domain messages of the first
+    domain of each kind only where domains repeat others (domain_replicas; the Hops then carry the Replicas),
+    else all. `whole`: the
+    chunk counts are whole numbers. For the bulk model only, which reads maxima and sums over the messages."""
+    cache = path_cache(rules.topology)
+    rep = domain_replicas(rules, flows, lag, whole)
+    if rep is not None:
+        src, dst, units, rn, ru = flows
+        k = rep.kept
+        hops = flow_hops(rules, (src[k], dst[k], units[k], rn, ru), cache, share=share)
+        if rep.separate(hops.fidx, hops.hl):
+            hops.replicas = rep
+            if hops.hl.size:  # chunk-hops per tier: each kept in-domain message once per domain of its kind
+                hops.tier = np.bincount(hops.hop_tier, weights=(hops.units * rep.copies)[hops.fidx],
+                                        minlength=len(TIERS))[:len(TIERS)]
+            return hops, lag[k]
+    return flow_hops(rules, flows, cache, share=share), lag
+
+
+__all__ = ["Replicas", "domain_replicas", "replicated_hops"]

@@ -1,5 +1,5 @@
-"""A huge pipeline costed on one domain's in-domain messages (simulator/replicas.py) gives what all its messages
-give, and a cluster or schedule whose domains differ takes the general path.
+"""Messages inside NVLink domains costed once per kind of domain (simulator/replicas.py) give what all the
+messages give, and a cluster whose domains differ takes the general path.
 
 Each test lowers DATAFLOW_MAX_NODES so a small cluster takes the bulk model (as 331,776 GPUs do), and compares
 the shortcut with the general path (replicas switched off) figure by figure: exact equality.
@@ -38,9 +38,9 @@ def _both(monkeypatch, make_topology, name: str, nbytes: int, **params) -> tuple
         answers.append(out)
         return out
 
-    monkeypatch.setattr(analytic, "domain_replicas", spy)
+    monkeypatch.setattr(replicas, "domain_replicas", spy)
     fast = simulate(name, make_topology(), nbytes, mode="analytic", **params)
-    monkeypatch.setattr(analytic, "domain_replicas", lambda *a: None)
+    monkeypatch.setattr(replicas, "domain_replicas", lambda *a: None)
     general = simulate(name, make_topology(), nbytes, mode="analytic", **params)
     return _figures(fast), _figures(general), answers
 
@@ -50,15 +50,25 @@ def _symmetric():
 
 
 @pytest.mark.parametrize("name,params", [("hierarchical", {}), ("hierarchical", {"inter": "double_binary_tree"}),
-                                         ("nvls_tree", {})])
+                                         ("nvls_tree", {}), ("double_binary_tree", {}), ("ring", {})])
 @pytest.mark.parametrize("nbytes", [4096, 64 << 20])
-def test_replicated_domains_cost_as_all_messages(bulk, monkeypatch, name, params, nbytes):
+def test_alike_domains_cost_as_all_messages(bulk, monkeypatch, name, params, nbytes):
     fast, general, answers = _both(monkeypatch, _symmetric, name, nbytes, **params)
     assert fast == general
+    taken = [a for a in answers if a is not None]
     if name == "hierarchical" and not params:  # NVLS + SHARP: every domain's NVLS stages alike
-        assert any(a is not None and a.own_load is None for a in answers)
-    if name == "nvls_tree":  # the ranks reduce what the tree across domains sends them: their receives are kept
-        assert any(a is not None and a.own_load is not None for a in answers)
+        assert taken and all(a.kinds == 1 for a in taken)
+    if name == "nvls_tree":  # a rank reduces what the trees across domains send it: a kind per place in them
+        assert any(1 < a.kinds < 4 for a in taken)
+
+
+@pytest.mark.parametrize("nbytes", [4096, 64 << 20])
+def test_a_tree_across_domains_costs_as_all_messages(bulk, monkeypatch, nbytes):
+    """16 domains of 2 GPUs: a double binary tree over them puts several in the same place (a kind each)."""
+    fast, general, answers = _both(monkeypatch, lambda: preset("gb200-nvl72", racks=16, gpus_per_domain=2),
+                                   "double_binary_tree", nbytes)
+    assert fast == general
+    assert any(a is not None and 1 < a.kinds < 16 for a in answers)
 
 
 @pytest.mark.parametrize("overrides", [dict(domain_sizes=[4, 4, 3, 4]),  # an uneven domain
@@ -91,14 +101,16 @@ def _stage_flows(topology, name: str = "hierarchical"):
     return rules, f, cat(lags)
 
 
-@pytest.mark.parametrize("name", ["hierarchical", "nvls_tree"])  # every copy drops; some are kept
+@pytest.mark.parametrize("name", ["hierarchical", "nvls_tree", "double_binary_tree"])
 def test_kept_messages_cost_what_they_cost_among_all(monkeypatch, name):
     monkeypatch.setattr(replicas, "MIN_DROPPED", 0.0)
-    rules, f, lag = _stage_flows(_symmetric(), name)
+    # a double binary tree over 4 domains puts each in another place: 16 domains of 2 GPUs repeat some
+    topology = preset("gb200-nvl72", racks=16, gpus_per_domain=2) if name == "double_binary_tree" else _symmetric()
+    rules, f, lag = _stage_flows(topology, name)
     rep = replicas.domain_replicas(rules, f, lag, True)
-    assert rep is not None and rep.kept.size < f[0].size and (rep.own_load is None) == (name == "hierarchical")
+    assert rep is not None and rep.kept.size < f[0].size
     whole = flows.flow_hops(rules, f)
-    hops, kept_lag = analytic._replicated_hops(rules, f, lag, True)
+    hops, kept_lag = replicas.replicated_hops(rules, f, lag, True)
     k = rep.kept
     assert hops.replicas is not None and np.array_equal(kept_lag, lag[k])
     assert np.array_equal(hops.src, f[0][k]) and np.array_equal(hops.dst, f[1][k])
@@ -113,30 +125,34 @@ def test_kept_messages_cost_what_they_cost_among_all(monkeypatch, name):
     assert float(rep.copies.sum()) == f[0].size
 
 
-def test_a_domain_that_differs_is_caught(monkeypatch):
+def test_a_domain_that_differs_is_its_own_kind(monkeypatch):
     monkeypatch.setattr(replicas, "MIN_DROPPED", 0.0)
     rules, f, lag = _stage_flows(_symmetric())
     src, dst, units, rn, ru = f
     G, N = 4, rules.topology.world_size
     base = replicas.domain_replicas(rules, f, lag, True)
-    assert base is not None and base.own_load is None
+    assert base is not None and base.kinds == 1
     local = np.flatnonzero((src < N) & (dst >= N) & (dst < N + 4) & (src // G == 2))  # domain 2 into its switch
     assert local.size
-    more = units.copy()
-    more[local[0]] += 1  # one message of domain 2 carries a chunk more: its domain's links load differently
-    assert replicas.domain_replicas(rules, (src, dst, more, rn, ru), lag, True) is None
-    assert replicas.domain_replicas(rules, f, lag, False) is None  # chunk counts that are not whole
 
-    def kept_with_copies(rep, flow):  # the message is kept, and so are its copies in the other 3 domains
-        more = rep.kept.size - base.kept.size if rep is not None else 0
-        return rep.own_load is not None and flow in set(rep.kept.tolist()) and more > 0 and more % 3 == 0
+    def own_kind(rep, d):  # domain d is costed as itself: all its in-domain messages kept
+        mine = np.flatnonzero(((src // G == d) & (src < N)) | (src == N + d))
+        return rep is not None and rep.kinds == 2 and set(mine.tolist()) <= set(rep.kept.tolist())
+    more = units.copy()
+    more[local[0]] += 1  # one message of domain 2 carries a chunk more
+    assert own_kind(replicas.domain_replicas(rules, (src, dst, more, rn, ru), lag, True), 2)
     late = lag.copy()
     late[local[0]] += 1  # one stage later
-    assert kept_with_copies(replicas.domain_replicas(rules, f, late, True), local[0])
+    assert own_kind(replicas.domain_replicas(rules, f, late, True), 2)
     # a receiver in domain 1 reduces more than its counterparts
     into = np.flatnonzero((dst < N) & (src == N + 1))[0]
-    rep = replicas.domain_replicas(rules, (src, dst, units, np.r_[rn, dst[into]], np.r_[ru, 1.0]), lag, True)
-    assert kept_with_copies(rep, into)
+    assert own_kind(replicas.domain_replicas(rules, (src, dst, units, np.r_[rn, dst[into]], np.r_[ru, 1.0]), lag,
+                                             True), 1)
+    assert replicas.domain_replicas(rules, f, lag, False) is None  # chunk counts that are not whole
+    # every domain different: nothing to drop
+    for d in range(4):
+        more[np.flatnonzero((src < N) & (dst >= N) & (src // G == d))[d]] += 1
+    assert replicas.domain_replicas(rules, (src, dst, more, rn, ru), lag, True) is None
 
 
 def test_messages_between_domains_on_nvlink_are_caught(monkeypatch):

@@ -49,6 +49,7 @@ class Replicas:
     dst: np.ndarray
     kinds: int  # kinds of domain (each costed once)
     _full: np.ndarray | None = None
+    _balanced: bool | None = None
 
     @property
     def full_index(self) -> np.ndarray:
@@ -62,8 +63,11 @@ class Replicas:
     @property
     def balanced(self) -> bool:
         """Every node sends as many messages as it receives (over all messages)."""
-        n = max(int(self.src.max()), int(self.dst.max())) + 1
-        return bool(np.array_equal(np.bincount(self.src, minlength=n), np.bincount(self.dst, minlength=n)))
+        if self._balanced is None:
+            n = max(int(self.src.max()), int(self.dst.max())) + 1
+            self._balanced = bool(np.array_equal(np.bincount(self.src, minlength=n),
+                                                 np.bincount(self.dst, minlength=n)))
+        return self._balanced
 
     def expand(self, x: np.ndarray) -> np.ndarray:
         """A per-kept-message array as the array over every message (each copy with its original's value)."""

@@ -37,7 +37,7 @@ import numpy as np
 
 from ..schedule.ops import OpKind
 from ..topology import TIERS
-from .flows import CriticalHops, Hops, flow_hops, frontier, member_blocks, path_cache, round_flows
+from .flows import CriticalHops, Hops, flow_hops, frontier, member_blocks, path_cache, round_flows, top_node
 from .model import CostRules
 from .recurrence import EXACT_UPDATES, advance_history, cycle_rows, iterate, rate_at, reverse_pairs, scatter
 from .replicas import replicated_hops
@@ -352,7 +352,7 @@ def _stage_rounds(rules: CostRules, pi: int, rnd, info: dict, staged) -> list[Ro
 
 
 def _has_fabric_switches(schedule, rules: CostRules) -> bool:
-    return any(ph.groups.size and int(ph.groups.max()) >= rules.fabric_start for ph in schedule.phases)
+    return any(top_node(ph.groups) >= rules.fabric_start for ph in schedule.phases)
 
 
 def structure(schedule, rules: CostRules) -> Structure:

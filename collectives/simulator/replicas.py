@@ -31,7 +31,6 @@ import numpy as np
 from ..topology import TIERS
 from .flows import Hops, flow_hops, path_cache
 from .model import CostRules
-from .stages import stable_order
 
 
 @dataclass
@@ -39,7 +38,6 @@ class Replicas:
     """The messages kept for costing when domains repeat the in-domain messages of the first of their kind."""
 
     kept: np.ndarray  # indices (increasing) of the messages kept: all between domains, the first domains' inside
-    index: np.ndarray  # per message: its index among the kept ones (a dropped one: that of the next kept)
     originals: np.ndarray  # (copies, c): the messages the dropped ones (rows of `dropped`) are copies of
     dropped: np.ndarray  # (copies, c): the dropped messages, a domain per row, in the order of its original's
     copies: np.ndarray  # per kept message: how many messages it stands for, as float
@@ -55,8 +53,9 @@ class Replicas:
     def full_index(self) -> np.ndarray:
         """Per message: the kept message it equals (itself, or its original)."""
         if self._full is None:
-            full = self.index.copy()
-            full[self.dropped] = self.index[self.originals]
+            full = np.zeros(self.src.size, np.int64)
+            full[self.kept] = np.arange(self.kept.size)
+            full[self.dropped] = full[self.originals]
             self._full = full
         return self._full
 
@@ -150,19 +149,22 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
     dom = ds[pos]
     if not np.array_equal(np.bincount(dom, minlength=D), np.full(D, pos.size // D)):
         return None
-    # each domain's in-domain messages in their order, domain by domain: row d of P is domain d's
-    P = pos[stable_order(dom)].reshape(D, -1)
-    to = dst[P]
-    # a message's ends within the domain and its stage in one integer (as 64-bit words, with the chunks)
+    # each domain's in-domain messages in their order, domain by domain: row d of P is domain d's (a stable
+    # sort of the domains, which lanes list in order: runs that the sort merges)
+    order = np.argsort(dom, kind="stable")
+    P = pos[order].reshape(D, -1)
+    # a message's ends within the domain and its stage in one integer (as 64-bit words, with the chunks), read
+    # in the messages' order and then laid out domain by domain
     top = int(lag.max()) + 1 if lag.size else 1
     if (G + 1) ** 2 * top >= 2 ** 62 or (lag.size and int(lag.min()) < 0):
         return None
-    rows = [(place[src[P]].astype(np.int64) * (G + 1) + place[to]) * top + lag[P], units[P]]
+    to = dst[pos]
+    rows = [(place[src[pos]].astype(np.int64) * (G + 1) + place[to]) * top + lag[pos], units[pos]]
     if rn.size:  # what each in-domain receiver reduces in the round (its reduction time's share); -1: nothing
         size = max(int(rn.max()) + 1, N + D)
         reduced = np.where(np.bincount(rn, minlength=size) > 0, np.bincount(rn, weights=ru, minlength=size), -1.0)
         rows.append(reduced[to])
-    rep = _kinds(rows)
+    rep = _kinds([x[order].reshape(D, -1) for x in rows])
     copy = np.flatnonzero(rep != np.arange(D))
     if rep[0] < 0 or copy.size == 0 or copy.size * P.shape[1] < MIN_DROPPED * src.size:
         return None
@@ -171,12 +173,11 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
         return None
     keep = np.ones(src.size, bool)
     keep[dropped.ravel()] = False
-    index = np.cumsum(keep) - 1
     kept = np.flatnonzero(keep)
     copies = np.ones(kept.size)
     kinds = np.flatnonzero(rep == np.arange(D))
-    copies[index[P[kinds]]] = np.bincount(rep, minlength=D)[kinds][:, None]
-    return Replicas(kept, index, originals, dropped, copies, local[kept], 2 * N, src, dst, kinds.size)
+    copies[np.searchsorted(kept, P[kinds])] = np.bincount(rep, minlength=D)[kinds][:, None]
+    return Replicas(kept, originals, dropped, copies, local[kept], 2 * N, src, dst, kinds.size)
 
 
 def replicated_hops(rules: CostRules, flows: tuple, lag: np.ndarray, whole: bool, share: bool = False

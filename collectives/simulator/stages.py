@@ -32,7 +32,7 @@ class StageGroups:
     kinds: np.ndarray  # (S, 2): the stage holds rank-to-rank flows over NVLink, over the network
 
 
-def stable_order(keys: np.ndarray) -> np.ndarray:
+def _stable_order(keys: np.ndarray) -> np.ndarray:
     """np.argsort(keys, kind="stable") of non-negative integer keys; small keys sort as int16 (numpy's radix
     sort: linear time, the same permutation since the sort is stable)."""
     if keys.size and int(keys.min()) >= 0 and int(keys.max()) < np.iinfo(np.int16).max:
@@ -50,7 +50,7 @@ def stage_groups(rules: CostRules, hops: Hops, lag: np.ndarray, S: int) -> Stage
     F = hops.src.size
     if F:
         lats, linv = group_values(hops.lat)
-        order = stable_order(lag * lats.size + linv)
+        order = _stable_order(lag * lats.size + linv)
         code = (lag * lats.size + linv)[order]
         starts = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
         sizes = np.diff(np.r_[starts, F])

@@ -118,8 +118,11 @@ def _kinds(rows: list[np.ndarray]) -> np.ndarray:
     _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
     rep = first[inverse]
     copy = np.flatnonzero(rep != np.arange(D))
-    if not all(bool((x[copy] == x[rep[copy]]).all()) for x in rows):
-        return np.full(D, -1, np.int64)
+    step = max(1, (1 << 22) // max(c, 1))  # domains compared at a time (a few million elements)
+    for lo in range(0, copy.size, step):
+        at = copy[lo:lo + step]
+        if not all(bool((x[at] == x[rep[at]]).all()) for x in rows):
+            return np.full(D, -1, np.int64)
     return rep
 
 
@@ -159,12 +162,15 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
     if (G + 1) ** 2 * top >= 2 ** 62 or (lag.size and int(lag.min()) < 0):
         return None
     to = dst[pos]
-    rows = [(place[src[pos]].astype(np.int64) * (G + 1) + place[to]) * top + lag[pos], units[pos]]
+    rows = [((place[src[pos]].astype(np.int64) * (G + 1) + place[to]) * top + lag[pos])[order].reshape(D, -1),
+            units[pos][order].reshape(D, -1)]
     if rn.size:  # what each in-domain receiver reduces in the round (its reduction time's share); -1: nothing
         size = max(int(rn.max()) + 1, N + D)
         reduced = np.where(np.bincount(rn, minlength=size) > 0, np.bincount(rn, weights=ru, minlength=size), -1.0)
-        rows.append(reduced[to])
-    rep = _kinds([x[order].reshape(D, -1) for x in rows])
+        rows.append(reduced[to][order].reshape(D, -1))
+    del to
+    rep = _kinds(rows)
+    del rows
     copy = np.flatnonzero(rep != np.arange(D))
     if rep[0] < 0 or copy.size == 0 or copy.size * P.shape[1] < MIN_DROPPED * src.size:
         return None

@@ -272,12 +272,8 @@ def _round_hops(rules: CostRules, phase, rnd, it: int, blocks, paths) -> Hops:
     if hit is not None and hit[0] is rnd and hit[1] is phase.groups and hit[2] is rules.topology:
         return hit[3]
     flows = round_flows(phase, rnd, it, blocks)
-    if bulk:  # the bulk model reads maxima and sums only: identical domains costed on one (replicas.py)
-        units = flows[2]
-        hops = replicated_hops(rules, flows, np.zeros(units.size, np.int64), np.array_equal(units, np.floor(units)),
-                               share=True)[0]
-    else:
-        hops = flow_hops(rules, flows, paths, share=True)
+    # the bulk model reads maxima and sums over the flows only: alike domains costed once (replicas.py)
+    hops = replicated_hops(rules, flows, share=True)[0] if bulk else flow_hops(rules, flows, paths, share=True)
     if len(_ROUND_HOPS) >= 4096:
         _ROUND_HOPS.pop(next(iter(_ROUND_HOPS)))
     _ROUND_HOPS[key] = (rnd, phase.groups, rules.topology, hops)
@@ -309,8 +305,7 @@ def _stage_hops(rules: CostRules, phase, info: dict):
     flows = (cat(srcs, np.int64), cat(dsts, np.int64), cat(units, np.float64), cat(rn, np.int64),
              cat(ru, np.float64))
     # the paths do not depend on the piece count (only the chunk counts do): the topology's cache shares them
-    whole = all(np.asarray(n).dtype.kind in "iu" for n in units)
-    staged = replicated_hops(rules, flows, cat(lags, np.int64), whole)
+    staged = replicated_hops(rules, flows, cat(lags, np.int64))
     if len(_STAGES) >= 16:
         _STAGES.pop(next(iter(_STAGES)))
     _STAGES[key] = (rules.topology, staged, info["lanes"])
@@ -459,6 +454,9 @@ def evaluate(st: Structure, cb: np.ndarray, dataflow: bool) -> Timing:
         clock = LinkClock()
     total = 0.0
     slowest = None if dataflow else _bulk_slowest(st, cb)
+    # a pipeline's rounds share their flows' arrays, mostly their slowest flow and their cycle rate: each
+    # classification and repeat cost once per (arrays, flow, chunk bytes) in this call
+    memo: dict[tuple, object] = {}
     for ri, rc in enumerate(st.rounds):
         c = cb[rc.phase]
         tier += rc.tier_chunks * c * rc.repeats
@@ -476,12 +474,16 @@ def evaluate(st: Structure, cb: np.ndarray, dataflow: bool) -> Timing:
             dur_row = rc.rows[:, 0] + rc.rows[:, 1] * c
             i = int(np.argmax(dur_row))
             f, lam = int(rc.row_flow[i]), float(dur_row[i])
-        key, _ = _classify(rc, f, c)
+        at = (id(rc.src), id(rc.lat), id(rc.coef), id(rc.recv_coef), id(rc.red_flow), id(rc.crit_link), f, c)
+        key = memo[at] if at in memo else memo.setdefault(at, _classify(rc, f, c)[0])
         weights[key] = weights.get(key, 0.0) + lam * rc.repeats
         if lam > 0:
             util = max(util, rc.load_coef * c / lam)
         if not dataflow:
-            cost = lam + (rc.repeats - 1) * float(rc.repeat_cost(c)[0]) if rc.repeats > 1 else lam
+            if rc.repeats > 1:
+                at = (id(rc.rate_rows() if rc.slots > 1 else rc.rows), c)
+                more = memo[at] if at in memo else memo.setdefault(at, float(rc.repeat_cost(c)[0]))
+            cost = lam + (rc.repeats - 1) * more if rc.repeats > 1 else lam
             phase_time[rc.phase] += cost
             total += cost
             continue

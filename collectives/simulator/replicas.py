@@ -186,14 +186,17 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
     return Replicas(kept, originals, dropped, copies, local[kept], 2 * N, src, dst, kinds.size)
 
 
-def replicated_hops(rules: CostRules, flows: tuple, lag: np.ndarray, whole: bool, share: bool = False
-                    ) -> tuple[Hops, np.ndarray]:
-    """flow_hops of messages `flows` at stages `lag` (a pipeline's stages, or one round's messages: lag 0), and
-    the lags of the messages costed: the messages between domains and the in-domain messages of the first
-    domain of each kind only where domains repeat others (domain_replicas; the Hops then carry the Replicas),
-    else all. `whole`: the
-    chunk counts are whole numbers. For the bulk model only, which reads maxima and sums over the messages."""
+def replicated_hops(rules: CostRules, flows: tuple, lag: np.ndarray | None = None, whole: bool | None = None,
+                    share: bool = False) -> tuple[Hops, np.ndarray]:
+    """flow_hops of messages `flows` at stages `lag` (a pipeline's stages; None: one round's messages, all at
+    lag 0), and the lags of the messages costed: the messages between domains and the in-domain messages of the
+    first domain of each kind only where domains repeat others (domain_replicas; the Hops then carry the
+    Replicas), else all. `whole`: the chunk counts are whole numbers (None: read them). For the bulk model only,
+    which reads maxima and sums over the messages."""
     cache = path_cache(rules.topology)
+    units = flows[2]
+    lag = np.zeros(units.size, np.int64) if lag is None else lag
+    whole = bool(np.array_equal(units, np.floor(units))) if whole is None else whole
     rep = domain_replicas(rules, flows, lag, whole)
     if rep is not None:
         src, dst, units, rn, ru = flows

@@ -65,6 +65,10 @@ def lane(kind: Callable, members, peers, lags, chunks: ChunkRange, period: int =
     is called with positions into the members as given (before members without a peer are dropped)."""
     members, peers, lags = (np.atleast_1d(np.asarray(x, np.int64)) for x in (members, peers, lags))
     members, peers, lags = np.broadcast_arrays(members, peers, lags)
+    if bool((peers >= 0).all()) and (members.size < 2 or bool((members[1:] >= members[:-1]).all())):
+        # every member kept, already in order (most lanes): the arrays as given (broadcast ones written out)
+        members, peers, lags = (np.ascontiguousarray(x) for x in (members, peers, lags))
+        return Lane(kind, members, peers, lags, chunks, int(period))
     keep = np.flatnonzero(peers >= 0)
     kept = members[keep]
     # the members in increasing order (stable); most lanes list them so already, which a check sees in one pass
@@ -102,8 +106,11 @@ class _Indexed:
 
     def __init__(self, ln: Lane) -> None:
         self.lane = ln
-        self.by_lag = _stable_order(ln.lags)
-        self.sorted_lags = ln.lags[self.by_lag]
+        if ln.size and int(ln.lags.min()) == int(ln.lags.max()):  # one lag (most lanes): already in order
+            self.by_lag, self.sorted_lags = np.arange(ln.size, dtype=np.int64), ln.lags
+        else:
+            self.by_lag = _stable_order(ln.lags)
+            self.sorted_lags = ln.lags[self.by_lag]
 
     def busy(self, t: int, pieces: int) -> np.ndarray:
         """Positions (into the lane's members) of the members working on a piece in round t."""

@@ -183,10 +183,17 @@ def dbt_rounds(trees: tuple[Tree, Tree], chunks: int) -> list[Round]:
     return pipeline_rounds(slots, 2 * max(heights), chunks, "double binary tree")
 
 
-def _replicas(tree: Tree, members) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _replicas(tree: Tree, members) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(members as (R, n), then per lane position: its replica, its tree node and its member). Positions run
+    node by node where that lists the members in increasing order (a tree over domains replicated on each GPU
+    of a domain: the order a lane keeps, so it need not sort them), else replica by replica."""
     members = np.atleast_2d(np.asarray(members, np.int64))
     R, n = members.shape
-    return members, np.repeat(np.arange(R, dtype=np.int64), n), np.tile(np.arange(n, dtype=np.int64), R)
+    by_node = members.T.ravel()
+    if by_node.size < 2 or bool((by_node[1:] > by_node[:-1]).all()):
+        return members, np.tile(np.arange(R, dtype=np.int64), n), np.repeat(np.arange(n, dtype=np.int64), R), by_node
+    return members, np.repeat(np.arange(R, dtype=np.int64), n), np.tile(np.arange(n, dtype=np.int64), R), \
+        members.ravel()
 
 
 def tree_up_lanes(tree: Tree, members, data, lag: int = 0) -> list[Lane]:
@@ -194,13 +201,12 @@ def tree_up_lanes(tree: Tree, members, data, lag: int = 0) -> list[Lane]:
     is the chunk range replica r moves for piece k. A node of height h sends piece k to its parent in round
     k + lag + h; the parent reduce-receives it in that round (its children are all lower), so the root holds
     piece k reduced after round k + lag + H - 1."""
-    members, rep, node = _replicas(tree, members)
+    members, rep, node, me = _replicas(tree, members)
 
     def of(x):  # member of tree node x in each replica, -1 where x < 0
         return np.where(x >= 0, members[rep, np.maximum(x, 0)], -1)
 
     chunks = lambda k, at: data(k, rep[at])  # noqa: E731
-    me = members.ravel()
     lanes = []
     for j in range(tree.children.shape[1]):  # each child's copy in the round it sends it
         child = tree.children[node, j]
@@ -212,13 +218,12 @@ def tree_up_lanes(tree: Tree, members, data, lag: int = 0) -> list[Lane]:
 def tree_down_lanes(tree: Tree, members, data, start: int) -> list[Lane]:
     """The broadcast down `tree` from its root, replicated as in tree_up_lanes: a node of depth d receives
     piece k from its parent in round k + start + d - 1 and sends it to its children in the next."""
-    members, rep, node = _replicas(tree, members)
+    members, rep, node, me = _replicas(tree, members)
 
     def of(x):
         return np.where(x >= 0, members[rep, np.maximum(x, 0)], -1)
 
     chunks = lambda k, at: data(k, rep[at])  # noqa: E731
-    me = members.ravel()
     lanes = [lane(recv, me, of(tree.parent[node]), start + tree.depth[node] - 1, chunks)]
     for j in range(tree.children.shape[1]):
         lanes.append(lane(send, me, of(tree.children[node, j]), start + tree.depth[node], chunks))

@@ -37,9 +37,10 @@ import numpy as np
 
 from ..schedule.ops import OpKind
 from ..topology import TIERS
-from .flows import CriticalHops, Hops, flow_hops, frontier, member_blocks, path_cache, round_flows
+from .flows import CriticalHops, Hops, flow_hops, frontier, member_blocks, path_cache, round_flows, top_node
 from .model import CostRules
 from .recurrence import EXACT_UPDATES, advance_history, cycle_rows, iterate, rate_at, reverse_pairs, scatter
+from .replicas import replicated_hops
 from .sharing import LinkClock, SharedLinks, shared_flows, staggered, stream_ends
 from .stages import stage_frontiers, stage_groups, window_sums
 
@@ -82,6 +83,7 @@ class RoundCost:
     _scatter: object = field(default=None, repr=False)
     _shared: object = field(default=False, repr=False)
     _rates: np.ndarray = field(default=None, repr=False)
+    replicas: object = field(default=None, repr=False)  # the flows stand for more (replicas.py), or None
 
     @property
     def rows(self) -> np.ndarray:
@@ -131,7 +133,7 @@ class RoundCost:
                     self.step_kinds is None else None
                 pairs, shared = round_pairs(self.src, self.dst, n, self.lat)
                 self._rates = cycle_rows(self.src, self.dst, self.lat, self.recv_coef, own, n, self.slots,
-                                         flow_rows, pairs, shared=shared)
+                                         flow_rows, pairs, shared=shared, full=self.replicas)
                 if len(_RATES) >= 64:
                     _RATES.pop(next(iter(_RATES)))
                 _RATES[key] = (self.src, self.lat, self.recv_coef, self._rates)
@@ -220,7 +222,8 @@ def _round_cost(rules: CostRules, pi: int, h: Hops, repeats: int, collapsed: boo
                          base.red_node, base.red_coef, base.tier_chunks, base.load_coef / rules.efficiency, None,
                          None, rc_flow, base.red_flow, rules.overlap_reduce, h.net, slots=rules.credit_slots,
                          units=h.units, hops=h,
-                         hop_bw=None if base.hop_bw is None or not sharing else base.hop_bw * rules.efficiency)
+                         hop_bw=None if base.hop_bw is None or not sharing else base.hop_bw * rules.efficiency,
+                         replicas=h.replicas)
     memo = h.costs.get(rules.key)
     if memo is not None and memo.repeats == repeats and memo.phase == pi:
         return memo
@@ -251,7 +254,7 @@ def _round_cost(rules: CostRules, pi: int, h: Hops, repeats: int, collapsed: boo
     rc_flow = rules.reduce_end(coef, red_flow)
     rc = RoundCost(pi, repeats, collapsed, src, dst, h.lat, coef, crit_link, crit_factor, h.rn, h.rc, h.tier,
                    h.load_coef, None, None, rc_flow, red_flow, rules.overlap_reduce, h.net, slots=rules.credit_slots,
-                   units=h.units, hops=h, hop_bw=bw)
+                   units=h.units, hops=h, hop_bw=bw, replicas=h.replicas)
     if rules.efficiency == 1.0:
         h.costs[rules.key] = rc
     return rc
@@ -263,11 +266,14 @@ _ROUND_HOPS: dict[tuple, tuple] = {}
 def _round_hops(rules: CostRules, phase, rnd, it: int, blocks, paths) -> Hops:
     """`flow_hops` of one round iteration, kept per Round object (and groups array): a builder that reuses its
     rounds for every size of a sweep (their messages count chunks, not elements) is costed once."""
-    key = (id(rnd), it, id(phase.groups), id(rules.topology), rules.dtype)
+    bulk = rules.topology.num_nodes > DATAFLOW_MAX_NODES
+    key = (id(rnd), it, id(phase.groups), id(rules.topology), rules.dtype, bulk)
     hit = _ROUND_HOPS.get(key)
     if hit is not None and hit[0] is rnd and hit[1] is phase.groups and hit[2] is rules.topology:
         return hit[3]
-    hops = flow_hops(rules, round_flows(phase, rnd, it, blocks), paths, share=True)
+    flows = round_flows(phase, rnd, it, blocks)
+    # the bulk model reads maxima and sums over the flows only: alike domains costed once (replicas.py)
+    hops = replicated_hops(rules, flows, share=True)[0] if bulk else flow_hops(rules, flows, paths, share=True)
     if len(_ROUND_HOPS) >= 4096:
         _ROUND_HOPS.pop(next(iter(_ROUND_HOPS)))
     _ROUND_HOPS[key] = (rnd, phase.groups, rules.topology, hops)
@@ -299,7 +305,7 @@ def _stage_hops(rules: CostRules, phase, info: dict):
     flows = (cat(srcs, np.int64), cat(dsts, np.int64), cat(units, np.float64), cat(rn, np.int64),
              cat(ru, np.float64))
     # the paths do not depend on the piece count (only the chunk counts do): the topology's cache shares them
-    staged = (flow_hops(rules, flows, path_cache(rules.topology)), cat(lags, np.int64))
+    staged = replicated_hops(rules, flows, cat(lags, np.int64))
     if len(_STAGES) >= 16:
         _STAGES.pop(next(iter(_STAGES)))
     _STAGES[key] = (rules.topology, staged, info["lanes"])
@@ -335,13 +341,13 @@ def _stage_rounds(rules: CostRules, pi: int, rnd, info: dict, staged) -> list[Ro
         rc = RoundCost(pi, rnd.repeats if rnd.uniform else 1, rnd.uniform, full.src, full.dst, full.lat, full.coef,
                        full.crit_link, full.crit_factor, full.red_node, full.red_coef, tiers[i], full.load_coef,
                        rows_all[a[i]:b[i]], flows_all[a[i]:b[i]], full.recv_coef, full.red_flow, full.overlap,
-                       full.net, kind[i], slots=rules.credit_slots, units=full.units)
+                       full.net, kind[i], slots=rules.credit_slots, units=full.units, replicas=hops.replicas)
         out.append(rc)
     return out
 
 
 def _has_fabric_switches(schedule, rules: CostRules) -> bool:
-    return any(ph.groups.size and int(ph.groups.max()) >= rules.fabric_start for ph in schedule.phases)
+    return any(top_node(ph.groups) >= rules.fabric_start for ph in schedule.phases)
 
 
 def structure(schedule, rules: CostRules) -> Structure:
@@ -448,6 +454,9 @@ def evaluate(st: Structure, cb: np.ndarray, dataflow: bool) -> Timing:
         clock = LinkClock()
     total = 0.0
     slowest = None if dataflow else _bulk_slowest(st, cb)
+    # a pipeline's rounds share their flows' arrays, mostly their slowest flow and their cycle rate: each
+    # classification and repeat cost once per (arrays, flow, chunk bytes) in this call
+    memo: dict[tuple, object] = {}
     for ri, rc in enumerate(st.rounds):
         c = cb[rc.phase]
         tier += rc.tier_chunks * c * rc.repeats
@@ -465,12 +474,16 @@ def evaluate(st: Structure, cb: np.ndarray, dataflow: bool) -> Timing:
             dur_row = rc.rows[:, 0] + rc.rows[:, 1] * c
             i = int(np.argmax(dur_row))
             f, lam = int(rc.row_flow[i]), float(dur_row[i])
-        key, _ = _classify(rc, f, c)
+        at = (id(rc.src), id(rc.lat), id(rc.coef), id(rc.recv_coef), id(rc.red_flow), id(rc.crit_link), f, c)
+        key = memo[at] if at in memo else memo.setdefault(at, _classify(rc, f, c)[0])
         weights[key] = weights.get(key, 0.0) + lam * rc.repeats
         if lam > 0:
             util = max(util, rc.load_coef * c / lam)
         if not dataflow:
-            cost = lam + (rc.repeats - 1) * float(rc.repeat_cost(c)[0]) if rc.repeats > 1 else lam
+            if rc.repeats > 1:
+                at = (id(rc.rate_rows() if rc.slots > 1 else rc.rows), c)
+                more = memo[at] if at in memo else memo.setdefault(at, float(rc.repeat_cost(c)[0]))
+            cost = lam + (rc.repeats - 1) * more if rc.repeats > 1 else lam
             phase_time[rc.phase] += cost
             total += cost
             continue

@@ -19,6 +19,7 @@ from ..schedule.collective import ROOTED, check_collective
 from ..topology import TIERS
 from ..topology.runtime import SIMPLE_ONLY
 from . import analytic, event
+from .flows import top_node
 from .latency import latency_class, step_depth
 from .model import CostRules, itemsize
 from .pages import ordinary_pages
@@ -183,7 +184,7 @@ def _run(algorithm, topology, nbytes, collective: str, dtype, mode: str, op: str
 
 def _class_of(schedule: Schedule) -> str:
     cls = latency_class(schedule)
-    switches = any(ph.groups.size and int(ph.groups.max()) >= schedule.world_size for ph in schedule.phases)
+    switches = any(top_node(ph.groups) >= schedule.world_size for ph in schedule.phases)
     if switches and cls in ("ring", "tree"):
         return "nvls"  # switch operations run NCCL's Simple kernels (a schedule that did not say its class)
     return cls

@@ -8,6 +8,7 @@ can be its slowest at any message size.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,6 +30,22 @@ def member_blocks(phase, world_size: int | None) -> list[np.ndarray] | None:
     if col_switch.all() or not col_switch.any():
         return None
     return [np.flatnonzero(~col_switch), np.flatnonzero(col_switch)]
+
+
+def top_node(groups: np.ndarray) -> int:
+    """groups.max() (-1 if empty), kept per array while it lives: a sweep's builds share their phases' member
+    arrays, of up to hundreds of thousands of nodes (checked by identity; member arrays are never written)."""
+    hit = _TOP.get(id(groups))
+    if hit is not None and hit[0]() is groups:
+        return hit[1]
+    top = int(groups.max()) if groups.size else -1
+    if len(_TOP) >= 256:
+        _TOP.pop(next(iter(_TOP)))
+    _TOP[id(groups)] = (weakref.ref(groups), top)
+    return top
+
+
+_TOP: dict[int, tuple] = {}
 
 
 def _idle(slot) -> bool:
@@ -135,6 +152,8 @@ class Hops:
     hop_tier: np.ndarray = None  # tier of each used hop
     units: np.ndarray = None  # chunks of each flow
     raw_per_hop: np.ndarray | None = None  # hop_load / raw_bw (None where hop_load is a shared_load)
+    # a pipeline costed on one domain's in-domain messages (replicas.py): what each flow stands for, or None
+    replicas: object = None
 
 
 def _paths(rules: CostRules, src: np.ndarray, dst: np.ndarray) -> tuple:
@@ -355,4 +374,4 @@ def frontier(lat: np.ndarray, per_byte: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 __all__ = ["CriticalHops", "Hops", "PathCache", "flow_hops", "frontier", "member_blocks", "path_cache", "round_flows",
-           "shared_load"]
+           "shared_load", "top_node"]

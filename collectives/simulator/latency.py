@@ -61,7 +61,7 @@ def _step_depth(st: Structure, lam_nvlink: float, lam_net: float, world_size: in
                 n = int(max(rc.src.max(), rc.dst.max())) + 1
                 pairs, _ = round_pairs(rc.src, rc.dst, n)
                 rate = rate_at(cycle_rows(rc.src, rc.dst, lam, np.zeros(lam.size), 0.0, n, rc.slots,
-                                          pairs=pairs), 0.0)
+                                          pairs=pairs, full=rc.replicas), 0.0)
             total += worst + (rc.repeats - 1) * rate
             continue
         sc = rc.scatter()

@@ -169,14 +169,15 @@ def reverse_pairs(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np.
 
 def cycle_rows(src: np.ndarray, dst: np.ndarray, lat: np.ndarray, per_byte: np.ndarray, self_per_byte: float,
                num_nodes: int, slots: int, flow_rows: np.ndarray | None = None, pairs: tuple | None = None,
-               shared: dict | None = None) -> np.ndarray:
+               shared: dict | None = None, full=None) -> np.ndarray:
     """(latency, seconds per byte) rows whose maximum at any size is the round's cycle rate, a lower bound of
     the rate its cycles of dependencies set: a node's own work (0, self_per_byte), a message's receiver
     waiting for its credit `slots` rounds back (the message's duration / slots: with one slot, rendezvous, the
     slowest message), each message with its reverse (their mean), and all messages' mean when every node sends
     as many as it receives. `flow_rows`: frontier(lat, per_byte), `pairs`: reverse_pairs(src, dst), if known;
     `shared`: a dict kept with (src, dst, lat) for what does not depend on per_byte (the protocols of one round
-    share it)."""
+    share it). `full` (replicas.Replicas): the flows stand for more, identical ones (a pipeline's domains
+    costed on one); the balance test and the means are over all of them."""
     F = src.size
     if flow_rows is None:
         flow_rows = _extremes(lat, per_byte)
@@ -186,13 +187,18 @@ def cycle_rows(src: np.ndarray, dst: np.ndarray, lat: np.ndarray, per_byte: np.n
         memo = {} if shared is None else shared
         if "balanced" not in memo:
             memo["pair_lat"] = (lat[hit] + lat[g]) / 2 if hit.size else None
-            memo["balanced"] = np.array_equal(np.bincount(src, minlength=num_nodes),
-                                              np.bincount(dst, minlength=num_nodes))
-            memo["mean_lat"] = float(lat.mean()) if memo["balanced"] else None
+            if full is None:
+                memo["balanced"] = np.array_equal(np.bincount(src, minlength=num_nodes),
+                                                  np.bincount(dst, minlength=num_nodes))
+            else:
+                memo["balanced"] = full.balanced
+            memo["mean_lat"] = float((lat if full is None else full.expand(lat)).mean()) if memo["balanced"] \
+                else None
         if hit.size:
             rows.append(_extremes(memo["pair_lat"], (per_byte[hit] + per_byte[g]) / 2))
         if memo["balanced"]:
-            rows.append(np.array([[memo["mean_lat"], float(per_byte.mean())]]))
+            mean = float((per_byte if full is None else full.expand(per_byte)).mean())
+            rows.append(np.array([[memo["mean_lat"], mean]]))
     allrows = np.concatenate(rows)
     uniq, _ = frontier(allrows[:, 0], allrows[:, 1])
     return uniq

@@ -103,7 +103,8 @@ def _stage_tiers(hops: Hops, lag: np.ndarray, S: int) -> np.ndarray:
     if not hops.hl.size:
         return np.zeros((S, len(TIERS)))
     tiers = hops.hop_tier
-    units = hops.units[hops.fidx]
+    # a flow standing for copies of itself in other domains (replicas.py) counts once per copy
+    units = hops.units[hops.fidx] if hops.replicas is None else (hops.units * hops.replicas.copies)[hops.fidx]
     cell = lag[hops.fidx] * len(TIERS) + tiers
     return np.bincount(cell, weights=units, minlength=S * len(TIERS))[:S * len(TIERS)].reshape(S, len(TIERS))
 

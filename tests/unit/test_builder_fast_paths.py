@@ -111,3 +111,55 @@ def test_member_order_is_a_stable_argsort(case):
                "sparse": rng.choice(10 ** 9, 50, replace=False),
                "small": np.array([3, 1, 2])}[case].astype(np.int64)
     assert np.array_equal(_pipeline._member_order(members), np.argsort(members, kind="stable"))
+
+
+def _same_lanes(a, b) -> bool:
+    """Lanes alike: kind, members, peers, lags, and every member's chunk range for a few pieces."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if x.kind is not y.kind or x.period != y.period or not all(
+                np.array_equal(u, v) for u, v in ((x.members, y.members), (x.peers, y.peers), (x.lags, y.lags))):
+            return False
+        at = np.arange(x.size)
+        for piece in (0, 3):
+            got = [np.broadcast_to(v, at.shape) for v in x.chunks(np.full(at.size, piece), at)]
+            want = [np.broadcast_to(v, at.shape) for v in y.chunks(np.full(at.size, piece), at)]
+            if not all(np.array_equal(u, v) for u, v in zip(got, want, strict=True)):
+                return False
+    return True
+
+
+def test_a_lane_in_order_is_the_sorted_lane():
+    """lane() keeps members given in order with every peer as they are; listed in another order with the same
+    peers, it sorts them into the same lane."""
+    rng = np.random.default_rng(3)
+    members = np.sort(rng.choice(1000, 200, replace=False))
+    peers, lags = rng.integers(0, 1000, 200), rng.integers(0, 5, 200)
+    chunks = _pipeline.strided(np.arange(200) * 2, 1 + np.arange(200) % 3, 600)
+    fast = _pipeline.lane(_pipeline.Lane, members, peers, lags, chunks)
+    shuffle = rng.permutation(200)
+    general = _pipeline.lane(_pipeline.Lane, members[shuffle], peers[shuffle], lags[shuffle],
+                             lambda k, at: chunks(k, shuffle[at]))
+    assert _same_lanes([fast], [general])
+    one_lag = _pipeline._Indexed(_pipeline.lane(_pipeline.Lane, members, peers, 4, chunks))
+    assert np.array_equal(one_lag.by_lag, np.argsort(one_lag.lane.lags, kind="stable"))
+
+
+def test_replicated_tree_lanes_node_by_node_are_those_replica_by_replica(monkeypatch):
+    """A tree replicated on every GPU of a domain lists its lane positions node by node (its members then come
+    in order); replica by replica, the lanes come out the same."""
+    from collectives.algorithms import double_binary_tree as dbt
+
+    tree = double_binary_tree(6)[0]
+    members = np.arange(6 * 4, dtype=np.int64).reshape(6, 4).T  # GPU j of domain d: rank 4 d + j (replica j)
+    data = lambda k, r: (k * 8 + r, 1)  # noqa: E731
+    fast = dbt.tree_lanes(tree, members, data, 0)
+
+    def replica_major(tree, members):
+        members = np.atleast_2d(np.asarray(members, np.int64))
+        R, n = members.shape
+        return members, np.repeat(np.arange(R), n), np.tile(np.arange(n), R), members.ravel()
+
+    monkeypatch.setattr(dbt, "_replicas", replica_major)
+    assert _same_lanes(fast, dbt.tree_lanes(tree, members, data, 0))

@@ -214,3 +214,12 @@ def test_the_engine_costs_huge_clusters_without_huge_page_advice(bulk, advice_on
     seen.clear()
     simulate("double_binary_tree", preset("gb200-nvl72", racks=2, gpus_per_domain=4), 1 << 20, mode="analytic")
     assert seen and all(seen)
+
+
+def test_top_node_is_the_arrays_max_while_it_lives():
+    a = np.arange(12, dtype=np.int64).reshape(3, 4)
+    assert flows.top_node(a) == 11 and flows.top_node(a) == 11  # computed, then kept
+    assert flows.top_node(np.zeros((0, 4), np.int64)) == -1
+    for k in range(300):  # arrays that die and whose ids numpy may hand out again: never a stale maximum
+        b = np.full((2, 3), k, np.int64)
+        assert flows.top_node(b) == k

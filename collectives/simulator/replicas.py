@@ -1,0 +1,214 @@
+"""Alike scale-up domains: a huge pipeline's messages inside its NVLink domains costed once per kind of domain.
+
+On a cluster without a placement, domain d is ranks [d G, (d + 1) G) and its switch node N + d (cluster.py), and a
+message between two nodes of one domain crosses that domain's NVLink links only (rank r's up link r and down
+link N + r: Cluster.hop_list), which carry nothing else unless a message between domains takes a PXN hop. Two
+domains whose in-domain messages are the same up to the domain's offset - the same ends within the domain,
+chunks and stage, message by message in the same order, into receivers that reduce the same - over NVLink
+links of the same bandwidth and latency have the same paths, link loads, latencies and seconds per byte. Most
+schedules have few kinds of domain (every domain alike in an NVLS stage; a handful of places in a tree across
+domains), so the analytic bulk model costs the messages between domains and the in-domain messages of the first
+domain of each kind only (`Replicas.kept`), and what reads every message gets the copies back:
+
+* the chunk-hops per tier count each kept in-domain message once per domain of its kind (`copies`; chunk
+  counts are whole numbers, so the sums are exact, as stages.window_sums also relies on);
+* the cycle rate's balance test and means (recurrence.cycle_rows) read the full arrays (`expand`);
+* everything else takes maxima, or the first message attaining one, which the kept messages give unchanged:
+  every copy has the values of its original, which comes first in the message order and in the node order
+  (both are checked).
+
+Domains are sorted into kinds by a hash of their messages, and every domain is then compared with the first of
+its kind element by element; where a condition fails, `domain_replicas` returns None and the general path
+(every message) runs. Results are the same floats either way (tests/unit/test_replicas.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..topology import TIERS
+from .flows import Hops, flow_hops, path_cache
+from .model import CostRules
+
+
+@dataclass
+class Replicas:
+    """The messages kept for costing when domains repeat the in-domain messages of the first of their kind."""
+
+    kept: np.ndarray  # indices (increasing) of the messages kept: all between domains, the first domains' inside
+    originals: np.ndarray  # (copies, c): the messages the dropped ones (rows of `dropped`) are copies of
+    dropped: np.ndarray  # (copies, c): the dropped messages, a domain per row, in the order of its original's
+    copies: np.ndarray  # per kept message: how many messages it stands for, as float
+    local: np.ndarray  # per kept message: it stays inside one domain
+    nvlink_links: int  # links [0, nvlink_links) are the ranks' NVLink links
+    src: np.ndarray  # every message's ends
+    dst: np.ndarray
+    kinds: int  # kinds of domain (each costed once)
+    _full: np.ndarray | None = None
+    _balanced: bool | None = None
+
+    @property
+    def full_index(self) -> np.ndarray:
+        """Per message: the kept message it equals (itself, or its original)."""
+        if self._full is None:
+            full = np.zeros(self.src.size, np.int64)
+            full[self.kept] = np.arange(self.kept.size)
+            full[self.dropped] = full[self.originals]
+            self._full = full
+        return self._full
+
+    @property
+    def balanced(self) -> bool:
+        """Every node sends as many messages as it receives (over all messages)."""
+        if self._balanced is None:
+            n = max(int(self.src.max()), int(self.dst.max())) + 1
+            self._balanced = bool(np.array_equal(np.bincount(self.src, minlength=n),
+                                                 np.bincount(self.dst, minlength=n)))
+        return self._balanced
+
+    def expand(self, x: np.ndarray) -> np.ndarray:
+        """A per-kept-message array as the array over every message (each copy with its original's value)."""
+        return x[self.full_index]
+
+    def separate(self, fidx: np.ndarray, hl: np.ndarray) -> bool:
+        """Whether the kept messages' hops keep the domains apart: in-domain messages on NVLink links only,
+        messages between domains on none (a PXN hop would share a domain's links with them)."""
+        return bool(np.array_equal(self.local[fidx], hl < self.nvlink_links))
+
+
+_TABLES: dict[int, tuple] = {}  # per topology: node tables and whether every domain's NVLink links are alike
+
+
+def _tables(topo) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Per node: its domain (ranks and domain switches; -1 for other nodes) and its place in the domain (a
+    rank's index, G for the switch; -1 elsewhere); and whether every domain's NVLink links have the same
+    bandwidths, latencies and tiers. Kept per topology."""
+    hit = _TABLES.get(id(topo))
+    if hit is not None and hit[0] is topo:
+        return hit[1]
+    N, D, G = int(topo.world_size), int(topo.D), int(topo.G)
+    dtype = np.int32 if topo.num_nodes < 2 ** 31 else np.int64
+    domain = np.full(topo.num_nodes, -1, dtype)
+    place = np.full(topo.num_nodes, -1, dtype)
+    domain[:N] = np.arange(N) // G
+    domain[N:N + D] = np.arange(D)
+    place[:N] = np.arange(N) % G
+    place[N:N + D] = G
+    bw, lat, tier = topo.link_attributes(np.arange(2 * N, dtype=np.int64))
+    per_domain = (x.reshape(2, D, G).transpose(1, 0, 2).reshape(D, 2 * G) for x in (bw, lat, tier))
+    alike = all(bool((x[1:] == x[:1]).all()) for x in per_domain)
+    value = (domain, place, alike)
+    if len(_TABLES) >= 4:
+        _TABLES.pop(next(iter(_TABLES)))
+    _TABLES[id(topo)] = (topo, value)
+    return value
+
+
+def _kinds(rows: list[np.ndarray]) -> np.ndarray:
+    """Per domain (row of each (D, c) array in `rows`): the first domain whose rows are all equal to its own,
+    by a hash of each row, then checked element by element (a hash collision would fail the check: -1)."""
+    D, c = rows[0].shape
+    rng = np.random.default_rng(0x5EED)
+    h = np.zeros(D, np.uint64)
+    with np.errstate(over="ignore"):
+        for x in rows:
+            h = h * np.uint64(0x9E3779B97F4A7C15) + (x.view(np.uint64) @ rng.integers(1, 2 ** 63, c, np.uint64))
+    _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
+    rep = first[inverse]
+    copy = np.flatnonzero(rep != np.arange(D))
+    step = max(1, (1 << 22) // max(c, 1))  # domains compared at a time (a few million elements)
+    for lo in range(0, copy.size, step):
+        at = copy[lo:lo + step]
+        if not all(bool((x[at] == x[rep[at]]).all()) for x in rows):
+            return np.full(D, -1, np.int64)
+    return rep
+
+
+# the least share of a pipeline's messages the copies must be for the shortcut to pay for its checks
+MIN_DROPPED = 0.4
+
+
+def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: bool) -> Replicas | None:
+    """The Replicas of messages `flows` (src, dst, chunks, reducing nodes, their chunks) at stages `lag`
+    (`integral`: the chunk counts are whole numbers), or None where the copies would be too few of the messages
+    (MIN_DROPPED), or the cluster's domains are not alike (a placement, uneven domains, another topology)."""
+    topo = rules.topology
+    if getattr(topo, "_slot", 1) is not None or not hasattr(topo, "hop_list") or not hasattr(topo, "D"):
+        return None
+    N, G, D = int(topo.world_size), int(topo.G), int(topo.D)
+    src, dst, units, rn, ru = flows
+    if D < 2 or N != G * D or src.size == 0 or not integral or float(units.sum()) * 64 >= 2.0 ** 53:
+        return None  # (chunk-hop sums are exact in any order for whole chunks far below 2**53)
+    domain, place, alike = _tables(topo)
+    if not alike:
+        return None
+    ds = domain[src]
+    local = (ds == domain[dst]) & (ds >= 0)
+    pos = np.flatnonzero(local)
+    if pos.size < MIN_DROPPED * src.size or pos.size % D:
+        return None
+    dom = ds[pos]
+    if not np.array_equal(np.bincount(dom, minlength=D), np.full(D, pos.size // D)):
+        return None
+    # each domain's in-domain messages in their order, domain by domain: row d of P is domain d's (a stable
+    # sort of the domains, which lanes list in order: runs that the sort merges)
+    order = np.argsort(dom, kind="stable")
+    P = pos[order].reshape(D, -1)
+    # a message's ends within the domain and its stage in one integer (as 64-bit words, with the chunks), read
+    # in the messages' order and then laid out domain by domain
+    top = int(lag.max()) + 1 if lag.size else 1
+    if (G + 1) ** 2 * top >= 2 ** 62 or (lag.size and int(lag.min()) < 0):
+        return None
+    to = dst[pos]
+    rows = [((place[src[pos]].astype(np.int64) * (G + 1) + place[to]) * top + lag[pos])[order].reshape(D, -1),
+            units[pos][order].reshape(D, -1)]
+    if rn.size:  # what each in-domain receiver reduces in the round (its reduction time's share); -1: nothing
+        size = max(int(rn.max()) + 1, N + D)
+        reduced = np.where(np.bincount(rn, minlength=size) > 0, np.bincount(rn, weights=ru, minlength=size), -1.0)
+        rows.append(reduced[to][order].reshape(D, -1))
+    del to
+    rep = _kinds(rows)
+    del rows
+    copy = np.flatnonzero(rep != np.arange(D))
+    if rep[0] < 0 or copy.size == 0 or copy.size * P.shape[1] < MIN_DROPPED * src.size:
+        return None
+    originals, dropped = P[rep[copy]], P[copy]
+    if not bool((dropped > originals).all()):  # an original comes before its copies
+        return None
+    keep = np.ones(src.size, bool)
+    keep[dropped.ravel()] = False
+    kept = np.flatnonzero(keep)
+    copies = np.ones(kept.size)
+    kinds = np.flatnonzero(rep == np.arange(D))
+    copies[np.searchsorted(kept, P[kinds])] = np.bincount(rep, minlength=D)[kinds][:, None]
+    return Replicas(kept, originals, dropped, copies, local[kept], 2 * N, src, dst, kinds.size)
+
+
+def replicated_hops(rules: CostRules, flows: tuple, lag: np.ndarray | None = None, whole: bool | None = None,
+                    share: bool = False) -> tuple[Hops, np.ndarray]:
+    """flow_hops of messages `flows` at stages `lag` (a pipeline's stages; None: one round's messages, all at
+    lag 0), and the lags of the messages costed: the messages between domains and the in-domain messages of the
+    first domain of each kind only where domains repeat others (domain_replicas; the Hops then carry the
+    Replicas), else all. `whole`: the chunk counts are whole numbers (None: read them). For the bulk model only,
+    which reads maxima and sums over the messages."""
+    cache = path_cache(rules.topology)
+    units = flows[2]
+    lag = np.zeros(units.size, np.int64) if lag is None else lag
+    whole = bool(np.array_equal(units, np.floor(units))) if whole is None else whole
+    rep = domain_replicas(rules, flows, lag, whole)
+    if rep is not None:
+        src, dst, units, rn, ru = flows
+        k = rep.kept
+        hops = flow_hops(rules, (src[k], dst[k], units[k], rn, ru), cache, share=share)
+        if rep.separate(hops.fidx, hops.hl):
+            hops.replicas = rep
+            if hops.hl.size:  # chunk-hops per tier: each kept in-domain message once per domain of its kind
+                hops.tier = np.bincount(hops.hop_tier, weights=(hops.units * rep.copies)[hops.fidx],
+                                        minlength=len(TIERS))[:len(TIERS)]
+            return hops, lag[k]
+    return flow_hops(rules, flows, cache, share=share), lag
+
+
+__all__ = ["Replicas", "domain_replicas", "replicated_hops"]

@@ -1,0 +1,167 @@
+"""Messages inside NVLink domains costed once per kind of domain (simulator/replicas.py) give what all the
+messages give, and a cluster whose domains differ takes the general path.
+
+Each test lowers DATAFLOW_MAX_NODES so a small cluster takes the bulk model (as 331,776 GPUs do), and compares
+the shortcut with the general path (replicas switched off) figure by figure: exact equality.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from collectives.simulate import simulate
+from collectives.simulator import analytic, flows, replicas
+from collectives.simulator.engine import build_schedule, count_for
+from collectives.simulator.model import CostRules
+from collectives.topology import preset
+
+
+@pytest.fixture
+def bulk(monkeypatch):
+    monkeypatch.setattr(analytic, "DATAFLOW_MAX_NODES", 0)
+    monkeypatch.setattr(replicas, "MIN_DROPPED", 0.0)  # the shortcut wherever some copies drop
+
+
+def _figures(r) -> tuple:
+    return (r.time, [p.time for p in r.phases], r.tier_bytes, r.max_link_utilization, r.bottleneck, r.protocol)
+
+
+def _both(monkeypatch, make_topology, name: str, nbytes: int, **params) -> tuple[tuple, tuple, list]:
+    """simulate() with the shortcut and without it (each on a fresh topology: no cache shared), and what
+    domain_replicas answered on the first."""
+    answers = []
+    real = replicas.domain_replicas
+
+    def spy(*args):
+        out = real(*args)
+        answers.append(out)
+        return out
+
+    monkeypatch.setattr(replicas, "domain_replicas", spy)
+    fast = simulate(name, make_topology(), nbytes, mode="analytic", **params)
+    monkeypatch.setattr(replicas, "domain_replicas", lambda *a: None)
+    general = simulate(name, make_topology(), nbytes, mode="analytic", **params)
+    return _figures(fast), _figures(general), answers
+
+
+def _symmetric():
+    return preset("gb200-nvl72", racks=4, gpus_per_domain=4)
+
+
+@pytest.mark.parametrize("name,params", [("hierarchical", {}), ("hierarchical", {"inter": "double_binary_tree"}),
+                                         ("nvls_tree", {}), ("double_binary_tree", {}), ("ring", {})])
+@pytest.mark.parametrize("nbytes", [4096, 64 << 20])
+def test_alike_domains_cost_as_all_messages(bulk, monkeypatch, name, params, nbytes):
+    fast, general, answers = _both(monkeypatch, _symmetric, name, nbytes, **params)
+    assert fast == general
+    taken = [a for a in answers if a is not None]
+    if name == "hierarchical" and not params:  # NVLS + SHARP: every domain's NVLS stages alike
+        assert taken and all(a.kinds == 1 for a in taken)
+    if name == "nvls_tree":  # a rank reduces what the trees across domains send it: a kind per place in them
+        assert any(1 < a.kinds < 4 for a in taken)
+
+
+@pytest.mark.parametrize("nbytes", [4096, 64 << 20])
+def test_a_tree_across_domains_costs_as_all_messages(bulk, monkeypatch, nbytes):
+    """16 domains of 2 GPUs: a double binary tree over them puts several in the same place (a kind each)."""
+    fast, general, answers = _both(monkeypatch, lambda: preset("gb200-nvl72", racks=16, gpus_per_domain=2),
+                                   "double_binary_tree", nbytes)
+    assert fast == general
+    assert any(a is not None and 1 < a.kinds < 16 for a in answers)
+
+
+@pytest.mark.parametrize("overrides", [dict(domain_sizes=[4, 4, 3, 4]),  # an uneven domain
+                                       dict(placement=[[0, 4, 8, 12], [1, 5, 9, 13], [2, 6, 10, 14],
+                                                       [3, 7, 11, 15]])])  # ranks placed round-robin
+def test_unlike_domains_take_the_general_path(bulk, monkeypatch, overrides):
+    def make():
+        return preset("gb200-nvl72", racks=4, gpus_per_domain=4, **overrides)
+
+    fast, general, answers = _both(monkeypatch, make, "hierarchical", 64 << 20)
+    assert fast == general
+    assert answers and all(a is None for a in answers)
+
+
+def _stage_flows(topology, name: str = "hierarchical"):
+    """The steady-state messages of `name`'s pipeline on `topology`, as analytic._stage_hops gathers them."""
+    rules = CostRules(topology, "float32", 64 << 20, "Simple")
+    sched = build_schedule(name, topology, "allreduce", count_for("allreduce", 64 << 20, topology.world_size, 4))
+    phase = next(ph for ph in sched.phases if getattr(ph.rounds[0].slots, "pipeline", None))
+    info = phase.rounds[0].slots.pipeline
+    node = phase.groups[0]
+    srcs, dsts, units, lags, rn, ru = [], [], [], [], [], []
+    for kind, m, peer, lag, n in info["stages"]():
+        if kind.name == "SEND":
+            srcs.append(node[m]), dsts.append(node[peer]), units.append(n), lags.append(lag)
+        elif kind.name == "RECV_REDUCE":
+            rn.append(node[m]), ru.append(n)
+    cat = np.concatenate
+    f = (cat(srcs), cat(dsts), cat(units).astype(np.float64), cat(rn), cat(ru).astype(np.float64))
+    return rules, f, cat(lags)
+
+
+@pytest.mark.parametrize("name", ["hierarchical", "nvls_tree", "double_binary_tree"])
+def test_kept_messages_cost_what_they_cost_among_all(monkeypatch, name):
+    monkeypatch.setattr(replicas, "MIN_DROPPED", 0.0)
+    # a double binary tree over 4 domains puts each in another place: 16 domains of 2 GPUs repeat some
+    topology = preset("gb200-nvl72", racks=16, gpus_per_domain=2) if name == "double_binary_tree" else _symmetric()
+    rules, f, lag = _stage_flows(topology, name)
+    rep = replicas.domain_replicas(rules, f, lag, True)
+    assert rep is not None and rep.kept.size < f[0].size
+    whole = flows.flow_hops(rules, f)
+    hops, kept_lag = replicas.replicated_hops(rules, f, lag, True)
+    k = rep.kept
+    assert hops.replicas is not None and np.array_equal(kept_lag, lag[k])
+    assert np.array_equal(hops.src, f[0][k]) and np.array_equal(hops.dst, f[1][k])
+    assert np.array_equal(hops.lat, whole.lat[k]) and np.array_equal(hops.net, whole.net[k])
+    # per flow its busiest hop's load per bandwidth, and the busiest link
+    per = lambda h: np.maximum.reduceat(h.hop_load / h.raw_bw, h.starts)  # noqa: E731
+    assert np.array_equal(per(hops), per(whole)[np.isin(np.flatnonzero(np.bincount(whole.fidx)), k)])
+    assert np.array_equal(hops.hop_load, whole.hop_load[np.isin(whole.fidx, k)])
+    assert hops.load_coef == whole.load_coef and np.array_equal(hops.tier, whole.tier)
+    # every message is a kept one, or a copy of one with the same values
+    assert np.array_equal(rep.expand(hops.lat), whole.lat)
+    assert float(rep.copies.sum()) == f[0].size
+
+
+def test_a_domain_that_differs_is_its_own_kind(monkeypatch):
+    monkeypatch.setattr(replicas, "MIN_DROPPED", 0.0)
+    rules, f, lag = _stage_flows(_symmetric())
+    src, dst, units, rn, ru = f
+    G, N = 4, rules.topology.world_size
+    base = replicas.domain_replicas(rules, f, lag, True)
+    assert base is not None and base.kinds == 1
+    local = np.flatnonzero((src < N) & (dst >= N) & (dst < N + 4) & (src // G == 2))  # domain 2 into its switch
+    assert local.size
+
+    def own_kind(rep, d):  # domain d is costed as itself: all its in-domain messages kept
+        mine = np.flatnonzero(((src // G == d) & (src < N)) | (src == N + d))
+        return rep is not None and rep.kinds == 2 and set(mine.tolist()) <= set(rep.kept.tolist())
+    more = units.copy()
+    more[local[0]] += 1  # one message of domain 2 carries a chunk more
+    assert own_kind(replicas.domain_replicas(rules, (src, dst, more, rn, ru), lag, True), 2)
+    late = lag.copy()
+    late[local[0]] += 1  # one stage later
+    assert own_kind(replicas.domain_replicas(rules, f, late, True), 2)
+    # a receiver in domain 1 reduces more than its counterparts
+    into = np.flatnonzero((dst < N) & (src == N + 1))[0]
+    assert own_kind(replicas.domain_replicas(rules, (src, dst, units, np.r_[rn, dst[into]], np.r_[ru, 1.0]), lag,
+                                             True), 1)
+    assert replicas.domain_replicas(rules, f, lag, False) is None  # chunk counts that are not whole
+    # every domain different: nothing to drop
+    for d in range(4):
+        more[np.flatnonzero((src < N) & (dst >= N) & (src // G == d))[d]] += 1
+    assert replicas.domain_replicas(rules, (src, dst, more, rn, ru), lag, True) is None
+
+
+def test_messages_between_domains_on_nvlink_are_caught(monkeypatch):
+    monkeypatch.setattr(replicas, "MIN_DROPPED", 0.0)
+    rules, f, lag = _stage_flows(_symmetric())
+    rep = replicas.domain_replicas(rules, f, lag, True)
+    hops = flows.flow_hops(rules, tuple(x[rep.kept] if i < 3 else x for i, x in enumerate(f)))
+    assert rep.separate(hops.fidx, hops.hl)
+    hl = hops.hl.copy()
+    between = np.flatnonzero(~rep.local[hops.fidx])
+    hl[between[0]] = 0  # a PXN-like hop over rank 0's NVLink
+    assert not rep.separate(hops.fidx, hl)

@@ -15,9 +15,10 @@ wrapper costs per call); the rows print the backend's cost over the library's, t
 ratios (a round's blocks ran back to back), with the lowest and highest round.
 
 `--overhead` times only 8-byte calls (no gloo), over more and shorter rounds (41 of 20 ms by default): all_reduce
-through the backend, the library's call, torch's no-op floor and a pass-through floor (a Python group whose
-allreduce runs the library's call on an array made once, and nothing else: the least a Python backend over the
-library costs), with what the backend adds to the pass-through floor; then each other collective of
+through the backend, the library's call, torch's no-op floor, a pass-through floor (a Python group whose
+allreduce runs the library's call on an array made once, and nothing else) and the library's persistent call alone
+(`PersistentCall.run` on an array made once: what the backend's blocking all_reduce runs), with what the backend
+adds to the pass-through floor; then each other collective of
 `--collectives`, the backend against the library's call. Each prints the backend's time over the library's with its
 spread. Calls go through the default group, as `dist.all_reduce(t)` (torch's look-up of the default group
 included); the floors' groups are passed as `group=`.

@@ -454,6 +454,8 @@ def evaluate(st: Structure, cb: np.ndarray, dataflow: bool) -> Timing:
         clock = LinkClock()
     total = 0.0
     slowest = None if dataflow else _bulk_slowest(st, cb)
+    if slowest is not None:
+        return _evaluate_bulk(st, cb, slowest)
     # a pipeline's rounds share their flows' arrays, mostly their slowest flow and their cycle rate: each
     # classification and repeat cost once per (arrays, flow, chunk bytes) in this call
     memo: dict[tuple, object] = {}
@@ -498,6 +500,76 @@ def evaluate(st: Structure, cb: np.ndarray, dataflow: bool) -> Timing:
             prev = end
     bottleneck = max(weights, key=weights.get) if weights else ("latency",)
     return Timing(total, phase_time, tier, bottleneck, min(util, 1.0))
+
+
+def _evaluate_bulk(st: Structure, cb: np.ndarray, slowest: tuple[list, list]) -> Timing:
+    """evaluate's bulk model with every round's slowest flow known (_bulk_slowest): the same floats, summed in
+    the same order (np.cumsum and np.bincount add one term after another), with the per-round arrays gathered
+    once per structure and one classification per (flows' arrays, flow, phase) in the call."""
+    lay = st.memo.get("bulk layout")
+    if lay is None:
+        lay = _bulk_layout(st)
+        st.memo["bulk layout"] = lay
+    phase, repeats, tiers, load, busy, group, repeated = lay
+    cb = np.asarray(cb, np.float64)
+    c = cb[phase]
+    tier = np.cumsum(tiers * c[:, None] * repeats[:, None], axis=0)[-1] if phase.size else np.zeros(len(TIERS))
+    f_of, lam_of = slowest
+    nphase = len(st.phase_names)
+    if not busy:
+        return Timing(0.0, [0.0] * nphase, tier, ("latency",), 0.0)
+    lam = np.array([lam_of[i] for i in busy], np.float64)
+    keys: list[tuple] = []  # the bottleneck classes in the order evaluate's loop meets them
+    index: dict[tuple, int] = {}
+    seen: dict[tuple, int] = {}
+    cls = np.empty(len(busy), np.int64)
+    for j, i in enumerate(busy):
+        at = (group[i], f_of[i], int(phase[i]))
+        k = seen.get(at)
+        if k is None:
+            key = _classify(st.rounds[i], f_of[i], cb[phase[i]])[0]
+            k = index.setdefault(key, len(keys))
+            if k == len(keys):
+                keys.append(key)
+            seen[at] = k
+        cls[j] = k
+    b = np.asarray(busy, np.int64)
+    weights = np.bincount(cls, weights=lam * repeats[b], minlength=len(keys))
+    bottleneck = keys[int(np.argmax(weights))]
+    ratio = load[b] * c[b] / np.where(lam > 0, lam, np.nan)
+    top = np.fmax.reduce(ratio)
+    util = top if top > 0.0 else 0.0  # max(0, ...) over the rounds with lam > 0, as evaluate's loop (nan: none)
+    cost = lam.copy()
+    more: dict[tuple, float] = {}
+    for j, i in repeated:  # (position among the busy rounds, round) of the rounds repeated more than once
+        rc = st.rounds[i]
+        at = (id(rc.rate_rows() if rc.slots > 1 else rc.rows), int(phase[i]))
+        if at not in more:
+            more[at] = float(rc.repeat_cost(cb[phase[i]])[0])
+        cost[j] = lam_of[i] + (rc.repeats - 1) * more[at]
+    total = float(np.cumsum(cost)[-1])
+    phase_time = np.bincount(phase[b], weights=cost, minlength=nphase).tolist()
+    return Timing(total, phase_time, tier, bottleneck, min(util, 1.0))
+
+
+def _bulk_layout(st: Structure) -> tuple:
+    """Per round of `st`: phase, repeats, chunk-hops per tier, load_coef; the rounds with messages, an id of
+    their flows' arrays (rounds sharing them share classifications), and the busy rounds repeated more than
+    once (their position among the busy rounds, their index)."""
+    rounds = st.rounds
+    phase = np.array([rc.phase for rc in rounds], np.int64)
+    repeats = np.array([rc.repeats for rc in rounds], np.float64)
+    tiers = np.array([rc.tier_chunks for rc in rounds], np.float64).reshape(len(rounds), len(TIERS))
+    load = np.array([rc.load_coef for rc in rounds], np.float64)
+    busy = [i for i, rc in enumerate(rounds) if rc.src.size]
+    ids: dict[tuple, int] = {}
+    group = {}
+    for i in busy:
+        rc = rounds[i]
+        group[i] = ids.setdefault((id(rc.src), id(rc.lat), id(rc.coef), id(rc.recv_coef), id(rc.red_flow),
+                                   id(rc.crit_link)), len(ids))
+    repeated = [(j, i) for j, i in enumerate(busy) if rounds[i].repeats > 1]
+    return phase, repeats, tiers, load, busy, group, repeated
 
 
 def _bulk_slowest(st: Structure, cb: np.ndarray) -> tuple[list, list] | None:

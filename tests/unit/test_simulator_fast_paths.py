@@ -80,6 +80,35 @@ def test_bulk_slowest_rows_are_each_rounds_argmax(bulk, name):
         assert busy
 
 
+@pytest.mark.parametrize("name", ["double_binary_tree", "ring", "hierarchical", "nvls_tree"])
+def test_bulk_evaluate_is_the_per_round_loop(bulk, name, monkeypatch):
+    """evaluate's vectorised bulk model (_evaluate_bulk) gives the per-round loop's figures exactly, for one
+    structure at two chunk sizes (its per-structure layout is read at each), and for two protocols' structures."""
+    topo = bulk
+    fast = []
+    for nbytes, protocol in ((4096, "Simple"), (16 << 20, "Simple"), (16 << 20, "LL")):
+        count = count_for("allreduce", nbytes, topo.world_size, 4)
+        schedule = build_schedule(name, topo, "allreduce", count, "float32", "sum", None, protocol)
+        st = analytic.structure(schedule, CostRules(topo, "float32", nbytes, protocol))
+        for scale in (1.0, 1e-4, 1e3):  # tiny chunks: latency-bound rounds; big ones: link-bound
+            cb = analytic.chunk_bytes(schedule, 4) * scale
+            fast.append((nbytes, protocol, scale, analytic.evaluate(st, cb, dataflow=False)))
+            assert "bulk layout" in st.memo, "the bulk model took the vectorised path"
+    monkeypatch.setattr(analytic, "_bulk_slowest", lambda st, cb: None)  # the loop over every round's rows
+    kinds = set()
+    for nbytes, protocol, scale, got in fast:
+        count = count_for("allreduce", nbytes, topo.world_size, 4)
+        schedule = build_schedule(name, topo, "allreduce", count, "float32", "sum", None, protocol)
+        st = analytic.structure(schedule, CostRules(topo, "float32", nbytes, protocol))
+        want = analytic.evaluate(st, analytic.chunk_bytes(schedule, 4) * scale, dataflow=False)
+        at = (name, nbytes, protocol, scale)
+        assert got.time == want.time and got.phase_times == want.phase_times, at
+        assert np.array_equal(got.tier_bytes, want.tier_bytes), at
+        assert got.bottleneck == want.bottleneck and got.utilization == want.utilization, at
+        kinds.add(want.bottleneck[0])
+    assert len(kinds) > 1, kinds  # both latency- and link- (or reduction-) bound rounds were classified
+
+
 def test_reductions_per_node_sum_in_flow_order():
     topo = fully_connected(8, latency=1e-6, bandwidth=20e9, reduce_bandwidth=50e9)
     rules = CostRules(topo, "float32", 1 << 20, None)

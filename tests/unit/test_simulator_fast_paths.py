@@ -92,6 +92,7 @@ def test_bulk_evaluate_is_the_per_round_loop(bulk, name, monkeypatch):
         st = analytic.structure(schedule, CostRules(topo, "float32", nbytes, protocol))
         for scale in (1.0, 1e-4, 1e3):  # tiny chunks: latency-bound rounds; big ones: link-bound
             cb = analytic.chunk_bytes(schedule, 4) * scale
+            cb = cb * (1.0 + np.arange(cb.size))  # phases at different chunk sizes: a phase's own is read
             fast.append((nbytes, protocol, scale, analytic.evaluate(st, cb, dataflow=False)))
             assert "bulk layout" in st.memo, "the bulk model took the vectorised path"
     monkeypatch.setattr(analytic, "_bulk_slowest", lambda st, cb: None)  # the loop over every round's rows
@@ -100,7 +101,8 @@ def test_bulk_evaluate_is_the_per_round_loop(bulk, name, monkeypatch):
         count = count_for("allreduce", nbytes, topo.world_size, 4)
         schedule = build_schedule(name, topo, "allreduce", count, "float32", "sum", None, protocol)
         st = analytic.structure(schedule, CostRules(topo, "float32", nbytes, protocol))
-        want = analytic.evaluate(st, analytic.chunk_bytes(schedule, 4) * scale, dataflow=False)
+        cb = analytic.chunk_bytes(schedule, 4) * scale
+        want = analytic.evaluate(st, cb * (1.0 + np.arange(cb.size)), dataflow=False)
         at = (name, nbytes, protocol, scale)
         assert got.time == want.time and got.phase_times == want.phase_times, at
         assert np.array_equal(got.tier_bytes, want.tier_bytes), at

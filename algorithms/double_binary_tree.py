@@ -61,10 +61,11 @@ class Tree:
         kids, owners = nodes[has_parent], parent[has_parent]
         nkids = np.bincount(owners, minlength=n)
         assert not (nkids > max_children).any(), f"at most {max_children} children per node"
-        # a node's children in increasing order
-        order = np.lexsort((kids, owners))
+        # a node's children in increasing order: kids are increasing, so a stable sort by owner keeps them so
+        # (np.lexsort((kids, owners))'s order), and an owner's first child sits where its run starts
+        order = np.argsort(owners, kind="stable")
         kids, owners = kids[order], owners[order]
-        first = np.searchsorted(owners, owners)
+        first = (np.cumsum(nkids) - nkids)[owners]
         children = np.full((n, max_children), -1, dtype=np.int64)
         children[owners, np.arange(kids.size) - first] = kids
         # the levels top-down from the root (each the children of the one above): depth, and the order in which

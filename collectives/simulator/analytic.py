@@ -333,17 +333,24 @@ def _stage_rounds(rules: CostRules, pi: int, rnd, info: dict, staged) -> list[Ro
     lo, hi = np.maximum(0, t - P + 1), np.minimum(t, S - 1)
     busy = hi >= lo
     lo_b, hi_b = np.where(busy, lo, 0), np.where(busy, hi + 1, 0)
-    # the busy stages' rows side by side (a few per stage: the max over them is the round's cost)
-    a, b = np.where(busy, bounds[lo_b], 0).tolist(), np.where(busy, bounds[hi_b], 0).tolist()
-    tiers, kind = window_sums(tier, kinds, lo_b, hi_b, busy)
-    out = []
-    for i in range(n):
-        rc = RoundCost(pi, rnd.repeats if rnd.uniform else 1, rnd.uniform, full.src, full.dst, full.lat, full.coef,
-                       full.crit_link, full.crit_factor, full.red_node, full.red_coef, tiers[i], full.load_coef,
-                       rows_all[a[i]:b[i]], flows_all[a[i]:b[i]], full.recv_coef, full.red_flow, full.overlap,
-                       full.net, kind[i], slots=rules.credit_slots, units=full.units, replicas=hops.replicas)
-        out.append(rc)
-    return out
+    # a round is its busy stages [lo, hi) and its repeats: the sizes of a sweep (other piece counts) share
+    # most of their fill and drain rounds, kept with the stages' costs (the rounds' own caches with them)
+    made = hops.costs.setdefault(("stage rounds",) + memo_key, {})
+    reps = rnd.repeats if rnd.uniform else 1
+    keys = [(pi, reps, rnd.uniform, x, y) for x, y in zip(lo_b.tolist(), hi_b.tolist(), strict=True)]
+    miss = np.array([i for i, k in enumerate(keys) if k not in made], np.int64)
+    if miss.size:
+        lo_m, hi_m, busy_m = lo_b[miss], hi_b[miss], busy[miss]
+        # the busy stages' rows side by side (a few per stage: the max over them is the round's cost)
+        a, b = np.where(busy_m, bounds[lo_m], 0).tolist(), np.where(busy_m, bounds[hi_m], 0).tolist()
+        tiers, kind = window_sums(tier, kinds, lo_m, hi_m, busy_m)
+        for j, i in enumerate(miss.tolist()):
+            made[keys[i]] = RoundCost(pi, reps, rnd.uniform, full.src, full.dst, full.lat, full.coef,
+                                      full.crit_link, full.crit_factor, full.red_node, full.red_coef, tiers[j],
+                                      full.load_coef, rows_all[a[j]:b[j]], flows_all[a[j]:b[j]], full.recv_coef,
+                                      full.red_flow, full.overlap, full.net, kind[j], slots=rules.credit_slots,
+                                      units=full.units, replicas=hops.replicas)
+    return [made[k] for k in keys]
 
 
 def _has_fabric_switches(schedule, rules: CostRules) -> bool:

@@ -517,7 +517,7 @@ def _evaluate_bulk(st: Structure, cb: np.ndarray, slowest: tuple[list, list]) ->
     if lay is None:
         lay = _bulk_layout(st)
         st.memo["bulk layout"] = lay
-    phase, repeats, tiers, load, busy, group, repeated = lay
+    phase, repeats, tiers, load, busy, group, members, repeated = lay
     cb = np.asarray(cb, np.float64)
     c = cb[phase]
     tier = np.cumsum(tiers * c[:, None] * repeats[:, None], axis=0)[-1] if phase.size else np.zeros(len(TIERS))
@@ -526,21 +526,25 @@ def _evaluate_bulk(st: Structure, cb: np.ndarray, slowest: tuple[list, list]) ->
     if not busy:
         return Timing(0.0, [0.0] * nphase, tier, ("latency",), 0.0)
     lam = np.array([lam_of[i] for i in busy], np.float64)
+    b = np.asarray(busy, np.int64)
+    f = np.array([f_of[i] for i in busy], np.int64)
+    kind = np.empty(len(busy), np.int8)
+    for first, at in members:  # _classify's tests for all rounds over one set of flows' arrays at once
+        kind[at] = _kinds(st.rounds[first], f[at], c[b[at]])
     keys: list[tuple] = []  # the bottleneck classes in the order evaluate's loop meets them
     index: dict[tuple, int] = {}
     seen: dict[tuple, int] = {}
     cls = np.empty(len(busy), np.int64)
-    for j, i in enumerate(busy):
-        at = (group[i], f_of[i], int(phase[i]))
+    for j, (i, g, fj, kj) in enumerate(zip(busy, group, f.tolist(), kind.tolist(), strict=True)):
+        at = (g, fj, kj)
         k = seen.get(at)
         if k is None:
-            key = _classify(st.rounds[i], f_of[i], cb[phase[i]])[0]
+            key = _class_key(st.rounds[i], fj, kj)
             k = index.setdefault(key, len(keys))
             if k == len(keys):
                 keys.append(key)
             seen[at] = k
         cls[j] = k
-    b = np.asarray(busy, np.int64)
     weights = np.bincount(cls, weights=lam * repeats[b], minlength=len(keys))
     bottleneck = keys[int(np.argmax(weights))]
     ratio = load[b] * c[b] / np.where(lam > 0, lam, np.nan)
@@ -570,13 +574,45 @@ def _bulk_layout(st: Structure) -> tuple:
     load = np.array([rc.load_coef for rc in rounds], np.float64)
     busy = [i for i, rc in enumerate(rounds) if rc.src.size]
     ids: dict[tuple, int] = {}
-    group = {}
+    group = []
     for i in busy:
         rc = rounds[i]
-        group[i] = ids.setdefault((id(rc.src), id(rc.lat), id(rc.coef), id(rc.recv_coef), id(rc.red_flow),
-                                   id(rc.crit_link)), len(ids))
+        group.append(ids.setdefault((id(rc.src), id(rc.dst), id(rc.lat), id(rc.coef), id(rc.recv_coef),
+                                     id(rc.red_flow), id(rc.crit_link), id(rc.crit_factor), rc.overlap), len(ids)))
+    by = np.asarray(group, np.int64)
+    # per set of flows' arrays: its first round and the positions (among the busy rounds) of its rounds
+    order = np.argsort(by, kind="stable")
+    ends = np.cumsum(np.bincount(by, minlength=len(ids))).tolist()
+    members = [(busy[int(order[lo])], order[lo:hi]) for lo, hi in zip([0] + ends[:-1], ends, strict=True)]
     repeated = [(j, i) for j, i in enumerate(busy) if rounds[i].repeats > 1]
-    return phase, repeats, tiers, load, busy, group, repeated
+    return phase, repeats, tiers, load, busy, group, members, repeated
+
+
+LATENCY, REDUCE, LINK = 0, 1, 2
+
+
+def _kinds(rc: RoundCost, f: np.ndarray, cb: np.ndarray) -> np.ndarray:
+    """_classify's verdict (LATENCY, REDUCE or LINK) for flows f of rc's arrays at chunk bytes cb (per flow),
+    by the same floating-point operations and tests."""
+    lat, coef = rc.lat[f], rc.coef[f]
+    ser = coef * cb
+    red = (rc.recv_coef[f] - coef) * cb
+    reduce = np.zeros(f.size, bool)
+    if rc.overlap:  # streamed: the reduction is the bottleneck when it is slower than the transfer
+        streamed = rc.red_flow[f] * cb
+        reduce = (streamed > ser) & (streamed >= lat)
+        red = np.zeros(f.size)
+    reduce |= (red >= ser) & (red >= lat)
+    return np.where(reduce, REDUCE, np.where(ser >= lat, LINK, LATENCY)).astype(np.int8)
+
+
+def _class_key(rc: RoundCost, f: int, kind: int) -> tuple:
+    """_classify's key for flow f of rc in verdict `kind` (_kinds)."""
+    if kind == REDUCE:
+        return ("reduce", int(rc.dst[f]), 1.0)
+    if kind == LINK:
+        return ("link", int(rc.crit_link[f]), float(rc.crit_factor[f]), int(rc.src[f]), int(rc.dst[f]))
+    return ("latency",)
 
 
 def _bulk_slowest(st: Structure, cb: np.ndarray) -> tuple[list, list] | None:

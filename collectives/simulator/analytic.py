@@ -37,6 +37,7 @@ import numpy as np
 
 from ..schedule.ops import OpKind
 from ..topology import TIERS
+from .bulk import Timing, bulk_slowest, evaluate_bulk
 from .flows import CriticalHops, Hops, flow_hops, frontier, member_blocks, path_cache, round_flows, top_node
 from .model import CostRules
 from .recurrence import EXACT_UPDATES, advance_history, cycle_rows, iterate, rate_at, reverse_pairs, scatter
@@ -353,6 +354,9 @@ def _stage_rounds(rules: CostRules, pi: int, rnd, info: dict, staged) -> list[Ro
     return [made[k] for k in keys]
 
 
+_bulk_slowest = bulk_slowest  # (a module global, so tests can take the loop over every round's rows instead)
+
+
 def _has_fabric_switches(schedule, rules: CostRules) -> bool:
     return any(top_node(ph.groups) >= rules.fabric_start for ph in schedule.phases)
 
@@ -421,15 +425,6 @@ def chunk_bytes(schedule, itemsize: int) -> np.ndarray:
                      else 0.0 for ph in schedule.phases])
 
 
-@dataclass
-class Timing:
-    time: float
-    phase_times: list[float]
-    tier_bytes: np.ndarray
-    bottleneck: tuple  # (kind, id, factor) of the resource with the largest share of the time
-    utilization: float
-
-
 def _classify(rc: RoundCost, f: int, cb: float) -> tuple[tuple, float]:
     lat, ser = float(rc.lat[f]), float(rc.coef[f]) * cb
     red = (float(rc.recv_coef[f]) - float(rc.coef[f])) * cb
@@ -461,8 +456,8 @@ def evaluate(st: Structure, cb: np.ndarray, dataflow: bool) -> Timing:
         clock = LinkClock()
     total = 0.0
     slowest = None if dataflow else _bulk_slowest(st, cb)
-    if slowest is not None:
-        return _evaluate_bulk(st, cb, slowest)
+    if slowest is not None:  # every round's slowest flow known: the rounds as arrays (bulk.py)
+        return evaluate_bulk(st, cb, slowest)
     # a pipeline's rounds share their flows' arrays, mostly their slowest flow and their cycle rate: each
     # classification and repeat cost once per (arrays, flow, chunk bytes) in this call
     memo: dict[tuple, object] = {}
@@ -507,150 +502,6 @@ def evaluate(st: Structure, cb: np.ndarray, dataflow: bool) -> Timing:
             prev = end
     bottleneck = max(weights, key=weights.get) if weights else ("latency",)
     return Timing(total, phase_time, tier, bottleneck, min(util, 1.0))
-
-
-def _evaluate_bulk(st: Structure, cb: np.ndarray, slowest: tuple[list, list]) -> Timing:
-    """evaluate's bulk model with every round's slowest flow known (_bulk_slowest): the same floats, summed in
-    the same order (np.cumsum and np.bincount add one term after another), with the per-round arrays gathered
-    once per structure and one classification per (flows' arrays, flow, phase) in the call."""
-    lay = st.memo.get("bulk layout")
-    if lay is None:
-        lay = _bulk_layout(st)
-        st.memo["bulk layout"] = lay
-    phase, repeats, tiers, load, busy, group, members, repeated = lay
-    cb = np.asarray(cb, np.float64)
-    c = cb[phase]
-    tier = np.cumsum(tiers * c[:, None] * repeats[:, None], axis=0)[-1] if phase.size else np.zeros(len(TIERS))
-    f_of, lam_of = slowest
-    nphase = len(st.phase_names)
-    if not busy:
-        return Timing(0.0, [0.0] * nphase, tier, ("latency",), 0.0)
-    lam = np.array([lam_of[i] for i in busy], np.float64)
-    b = np.asarray(busy, np.int64)
-    f = np.array([f_of[i] for i in busy], np.int64)
-    kind = np.empty(len(busy), np.int8)
-    for first, at in members:  # _classify's tests for all rounds over one set of flows' arrays at once
-        kind[at] = _kinds(st.rounds[first], f[at], c[b[at]])
-    keys: list[tuple] = []  # the bottleneck classes in the order evaluate's loop meets them
-    index: dict[tuple, int] = {}
-    seen: dict[tuple, int] = {}
-    cls = np.empty(len(busy), np.int64)
-    for j, (i, g, fj, kj) in enumerate(zip(busy, group, f.tolist(), kind.tolist(), strict=True)):
-        at = (g, fj, kj)
-        k = seen.get(at)
-        if k is None:
-            key = _class_key(st.rounds[i], fj, kj)
-            k = index.setdefault(key, len(keys))
-            if k == len(keys):
-                keys.append(key)
-            seen[at] = k
-        cls[j] = k
-    weights = np.bincount(cls, weights=lam * repeats[b], minlength=len(keys))
-    bottleneck = keys[int(np.argmax(weights))]
-    ratio = load[b] * c[b] / np.where(lam > 0, lam, np.nan)
-    top = np.fmax.reduce(ratio)
-    util = top if top > 0.0 else 0.0  # max(0, ...) over the rounds with lam > 0, as evaluate's loop (nan: none)
-    cost = lam.copy()
-    more: dict[tuple, float] = {}
-    for j, i in repeated:  # (position among the busy rounds, round) of the rounds repeated more than once
-        rc = st.rounds[i]
-        at = (id(rc.rate_rows() if rc.slots > 1 else rc.rows), int(phase[i]))
-        if at not in more:
-            more[at] = float(rc.repeat_cost(cb[phase[i]])[0])
-        cost[j] = lam_of[i] + (rc.repeats - 1) * more[at]
-    total = float(np.cumsum(cost)[-1])
-    phase_time = np.bincount(phase[b], weights=cost, minlength=nphase).tolist()
-    return Timing(total, phase_time, tier, bottleneck, min(util, 1.0))
-
-
-def _bulk_layout(st: Structure) -> tuple:
-    """Per round of `st`: phase, repeats, chunk-hops per tier, load_coef; the rounds with messages, an id of
-    their flows' arrays (rounds sharing them share classifications), and the busy rounds repeated more than
-    once (their position among the busy rounds, their index)."""
-    rounds = st.rounds
-    phase = np.array([rc.phase for rc in rounds], np.int64)
-    repeats = np.array([rc.repeats for rc in rounds], np.float64)
-    tiers = np.array([rc.tier_chunks for rc in rounds], np.float64).reshape(len(rounds), len(TIERS))
-    load = np.array([rc.load_coef for rc in rounds], np.float64)
-    busy = [i for i, rc in enumerate(rounds) if rc.src.size]
-    ids: dict[tuple, int] = {}
-    group = []
-    for i in busy:
-        rc = rounds[i]
-        group.append(ids.setdefault((id(rc.src), id(rc.dst), id(rc.lat), id(rc.coef), id(rc.recv_coef),
-                                     id(rc.red_flow), id(rc.crit_link), id(rc.crit_factor), rc.overlap), len(ids)))
-    by = np.asarray(group, np.int64)
-    # per set of flows' arrays: its first round and the positions (among the busy rounds) of its rounds
-    order = np.argsort(by, kind="stable")
-    ends = np.cumsum(np.bincount(by, minlength=len(ids))).tolist()
-    members = [(busy[int(order[lo])], order[lo:hi]) for lo, hi in zip([0] + ends[:-1], ends, strict=True)]
-    repeated = [(j, i) for j, i in enumerate(busy) if rounds[i].repeats > 1]
-    return phase, repeats, tiers, load, busy, group, members, repeated
-
-
-LATENCY, REDUCE, LINK = 0, 1, 2
-
-
-def _kinds(rc: RoundCost, f: np.ndarray, cb: np.ndarray) -> np.ndarray:
-    """_classify's verdict (LATENCY, REDUCE or LINK) for flows f of rc's arrays at chunk bytes cb (per flow),
-    by the same floating-point operations and tests."""
-    lat, coef = rc.lat[f], rc.coef[f]
-    ser = coef * cb
-    red = (rc.recv_coef[f] - coef) * cb
-    reduce = np.zeros(f.size, bool)
-    if rc.overlap:  # streamed: the reduction is the bottleneck when it is slower than the transfer
-        streamed = rc.red_flow[f] * cb
-        reduce = (streamed > ser) & (streamed >= lat)
-        red = np.zeros(f.size)
-    reduce |= (red >= ser) & (red >= lat)
-    return np.where(reduce, REDUCE, np.where(ser >= lat, LINK, LATENCY)).astype(np.int8)
-
-
-def _class_key(rc: RoundCost, f: int, kind: int) -> tuple:
-    """_classify's key for flow f of rc in verdict `kind` (_kinds)."""
-    if kind == REDUCE:
-        return ("reduce", int(rc.dst[f]), 1.0)
-    if kind == LINK:
-        return ("link", int(rc.crit_link[f]), float(rc.crit_factor[f]), int(rc.src[f]), int(rc.dst[f]))
-    return ("latency",)
-
-
-def _bulk_slowest(st: Structure, cb: np.ndarray) -> tuple[list, list] | None:
-    """Per round of the bulk model: the flow of its slowest row at chunk bytes cb[phase] and that row's
-    duration (what evaluate's per-round argmax over rc.rows gives, the same floats), for all rounds at once;
-    None when a round with messages has no rows (evaluate then takes them one by one)."""
-    layout = st.memo.get("bulk rows")
-    if layout is None:
-        busy = [i for i, rc in enumerate(st.rounds) if rc.src.size]
-        sizes = np.array([st.rounds[i].rows.shape[0] for i in busy], np.int64)
-        if busy and not sizes.all():
-            layout = ()
-        elif busy:
-            rows = np.concatenate([st.rounds[i].rows for i in busy])
-            flows = np.concatenate([st.rounds[i].row_flow for i in busy]).astype(np.int64, copy=False)
-            phase = np.repeat(np.array([st.rounds[i].phase for i in busy], np.int64), sizes)
-            starts = np.r_[0, np.cumsum(sizes)[:-1]]
-            layout = (busy, rows, flows, phase, starts, sizes)
-        else:
-            layout = ([], None, None, None, None, None)
-        st.memo["bulk rows"] = layout
-    if not layout:
-        return None
-    busy, rows, flows, phase, starts, sizes = layout
-    f_of, lam_of = [None] * len(st.rounds), [None] * len(st.rounds)
-    if not busy:
-        return f_of, lam_of
-    dur = rows[:, 0] + rows[:, 1] * np.asarray(cb, np.float64)[phase]
-    top = np.maximum.reduceat(dur, starts)
-    # np.argmax's choice: the first row of each round attaining its maximum
-    hit = np.flatnonzero(dur == np.repeat(top, sizes))
-    seg = np.searchsorted(starts, hit, side="right") - 1
-    first = hit[np.r_[True, seg[1:] != seg[:-1]]] if hit.size else hit
-    if first.size != len(busy):  # a round whose durations are not numbers (nan): argmax's own rule applies
-        return None
-    for i, f, lam in zip(busy, flows[first].tolist(), dur[first].tolist(), strict=True):
-        f_of[i], lam_of[i] = f, lam
-    return f_of, lam_of
 
 
 def _advance_round(rc: RoundCost, c: float, lam: float, hist: list[np.ndarray], credit,

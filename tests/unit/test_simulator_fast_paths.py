@@ -2,7 +2,8 @@
 
 Above DATAFLOW_MAX_NODES the analytic model costs a huge pipeline's stages from one grouping of all its flows
 (stages.stage_groups / stage_frontiers) instead of a `frontier` per stage, and all rounds' slowest rows at
-once (analytic._bulk_slowest) instead of an argmax per round; `flows.group_values` replaces np.unique and
+once (bulk.bulk_slowest) instead of an argmax per round, and the rounds' sums and classifications as arrays
+(bulk.evaluate_bulk) instead of evaluate's loop; `flows.group_values` replaces np.unique and
 `flow_hops` sums each node's reductions with bincount. Each test lowers the threshold so a small cluster takes
 the bulk path, and compares the shortcut with the general form element by element (exact equality).
 """
@@ -82,7 +83,7 @@ def test_bulk_slowest_rows_are_each_rounds_argmax(bulk, name):
 
 @pytest.mark.parametrize("name", ["double_binary_tree", "ring", "hierarchical", "nvls_tree"])
 def test_bulk_evaluate_is_the_per_round_loop(bulk, name, monkeypatch):
-    """evaluate's vectorised bulk model (_evaluate_bulk) gives the per-round loop's figures exactly, for one
+    """evaluate's vectorised bulk model (bulk.evaluate_bulk) gives the per-round loop's figures exactly, for one
     structure at two chunk sizes (its per-structure layout is read at each), and for two protocols' structures."""
     topo = bulk
     fast = []

@@ -128,10 +128,15 @@ def build_forest(trees: list, nodes=None) -> Forest:
 
 def _lanes_by(forest: Forest, vertices: np.ndarray, key: np.ndarray, make) -> list[Lane]:
     """One lane per distinct key (in increasing order) over `vertices`, made by make(vertices of the key, key)."""
-    out = []
-    for k in np.unique(key).tolist():
-        out.append(make(vertices[key == k], k))
-    return out
+    # vertices[key == k] for each k in one stable sort: each key's vertices, in their order, are one run
+    if not key.size:
+        return []
+    order = np.argsort(key, kind="stable")
+    ordered, keys = vertices[order], key[order]
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    ends = np.r_[starts[1:], keys.size]
+    return [make(ordered[a:b], k) for a, b, k in zip(starts.tolist(), ends.tolist(), keys[starts].tolist(),
+                                                          strict=True)]
 
 
 def climb_lanes(forest: Forest, data, lag: int = 0, reduce: bool = True, path=None) -> list[Lane]:

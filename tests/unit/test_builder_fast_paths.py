@@ -188,3 +188,16 @@ def test_channel_lanes_are_shared_and_take_each_counts_chunks(monkeypatch):
                                          lambda k, r, t=t, c=c: (k * c + t, 1))]
         assert _same_lanes(got, want), c
         assert _same_lanes(got, lanes(c)), c
+
+
+@pytest.mark.parametrize("n,keys", [(0, 1), (1, 1), (50, 3), (2000, 70)])
+def test_lanes_by_key_are_each_keys_vertices_in_order(n, keys):
+    """sharp._lanes_by groups the vertices by one stable sort: per key (increasing), vertices[key == k]."""
+    from collectives.algorithms import sharp
+
+    rng = np.random.default_rng(n + keys)
+    vertices, key = rng.permutation(2 * n)[:n], rng.integers(0, keys, n)
+    got = sharp._lanes_by(None, vertices, key, lambda v, k: (k, v.copy()))
+    want = [(k, vertices[key == k]) for k in np.unique(key).tolist()]
+    assert [k for k, _ in got] == [k for k, _ in want]
+    assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(got, want, strict=True))

@@ -146,14 +146,15 @@ def climb_lanes(forest: Forest, data, lag: int = 0, reduce: bool = True, path=No
     f = forest
     up = np.flatnonzero((f.parent >= 0) & (np.ones(f.member.size, bool) if path is None else path))
     lanes = []
-    for k in np.union1d(f.slot[f.parent[up]], f.slot[up]).tolist():
+    parent_slot, own_slot = f.slot[f.parent[up]], f.slot[up]
+    for k in np.union1d(parent_slot, own_slot).tolist():
         # parent side: one lane per (parent slot, child position)
-        mine = up[f.slot[f.parent[up]] == k]
+        mine = up[parent_slot == k]
         lanes += _lanes_by(f, mine, f.position[mine], lambda v, i: lane(
             (recv_reduce if reduce and i > 0 else recv), f.member[f.parent[v]], f.member[v], lag + f.level[v],
             lambda k_, at, v=v: data(k_, v[at])))
         # child side: the vertices of slot k send
-        sender = up[f.slot[up] == k]
+        sender = up[own_slot == k]
         if sender.size:
             lanes.append(lane(send, f.member[sender], f.member[f.parent[sender]], lag + f.level[sender],
                               lambda k_, at, v=sender: data(k_, v[at])))
@@ -173,11 +174,12 @@ def descent_lanes(forest: Forest, data, lag: int = 0, multicast: bool = True, sk
         U = f.fanout
         lags, period = lag + L + (L - f.level - 1) * U + f.position, U
     lanes = []
-    for k in np.union1d(f.slot[f.parent[down]], f.slot[down]).tolist():
-        mine = down[f.slot[f.parent[down]] == k]
+    parent_slot, own_slot = f.slot[f.parent[down]], f.slot[down]
+    for k in np.union1d(parent_slot, own_slot).tolist():
+        mine = down[parent_slot == k]
         lanes += _lanes_by(f, mine, f.position[mine], lambda v, i: lane(
             send, f.member[f.parent[v]], f.member[v], lags[v], lambda k_, at, v=v: data(k_, v[at]), period))
-        receiver = down[f.slot[down] == k]
+        receiver = down[own_slot == k]
         if receiver.size:
             lanes.append(lane(recv, f.member[receiver], f.member[f.parent[receiver]], lags[receiver],
                               lambda k_, at, v=receiver: data(k_, v[at]), period))

@@ -201,3 +201,11 @@ def test_lanes_by_key_are_each_keys_vertices_in_order(n, keys):
     want = [(k, vertices[key == k]) for k in np.unique(key).tolist()]
     assert [k for k, _ in got] == [k for k, _ in want]
     assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(got, want, strict=True))
+
+
+@pytest.mark.parametrize("top", [1, 255, 256, 30_000, 1 << 40])
+def test_stable_order_is_a_stable_argsort(top):
+    """_pipeline._stable_order sorts small keys as one or two bytes: the permutation of a stable argsort."""
+    keys = np.random.default_rng(top).integers(0, top, 5000)
+    keys[:3] = top - 1
+    assert np.array_equal(_pipeline._stable_order(keys), np.argsort(keys, kind="stable"))

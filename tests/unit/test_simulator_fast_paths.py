@@ -112,6 +112,26 @@ def test_bulk_evaluate_is_the_per_round_loop(bulk, name, monkeypatch):
     assert len(kinds) > 1, kinds  # both latency- and link- (or reduction-) bound rounds were classified
 
 
+@pytest.mark.parametrize("name", ["double_binary_tree", "hierarchical"])
+def test_stage_rounds_shared_between_sizes_are_a_fresh_costing(bulk, name, monkeypatch):
+    """A huge pipeline's rounds are kept per (busy stages, repeats) and shared by the sizes of a sweep whose piece
+    counts differ: each size's figures are those of a costing from scratch (a key that mixed two rounds' busy
+    stages or repeats would price one size with another's rounds)."""
+    topo = bulk
+    sizes = [1 << 16, 3 << 20, 16 << 20, 64 << 20]  # 1, several and many pieces, in every protocol
+
+    def figures(r):
+        return r.time, [p.time for p in r.phases], r.tier_bytes, r.bottleneck, r.max_link_utilization
+
+    swept = [figures(simulate(name, topo, n, mode="analytic")) for n in sizes]
+    rounds = [rc for topo_, st in analytic._CACHE.values() if topo_ is topo for rc in st.rounds]
+    assert len({id(rc) for rc in rounds}) < len(rounds), "the sizes' structures share rounds"
+    for n, got in zip(sizes, swept, strict=True):
+        for cache in ("_CACHE", "_FLOWS", "_STAGES", "_ROUND_HOPS", "_RATES", "_PAIRS"):
+            monkeypatch.setattr(analytic, cache, {})
+        assert figures(simulate(name, topo, n, mode="analytic")) == got, (name, n)
+
+
 def test_reductions_per_node_sum_in_flow_order():
     topo = fully_connected(8, latency=1e-6, bandwidth=20e9, reduce_bandwidth=50e9)
     rules = CostRules(topo, "float32", 1 << 20, None)

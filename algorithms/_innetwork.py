@@ -45,13 +45,16 @@ def finish(schedule, topology, switches=()) -> None:
     """Give `schedule` the topology's node ids and labels (switch nodes used)."""
     schedule.num_nodes = max(schedule.num_nodes, topology.num_nodes)
     schedule.topology = topology
-    sw = np.unique(np.asarray(list(switches) if not isinstance(switches, np.ndarray) else switches,
-                              dtype=np.int64).ravel())
-    if sw.size:
-        from ._pipeline import memo  # the labels of a large fabric's switches, kept across a sweep's sizes
+    sw = np.asarray(list(switches) if not isinstance(switches, np.ndarray) else switches, dtype=np.int64).ravel()
+    if not sw.size:
+        return
+    from ._pipeline import memo  # the labels of a large fabric's switches, kept across a sweep's sizes
 
-        schedule.node_labels.update(memo(topology, ("labels", sw.size, hash(sw.tobytes())),
-                                         lambda: topology.node_labels(sw)))
+    if not bool((sw[1:] > sw[:-1]).all()):  # already strictly increasing (most callers): np.unique's result as is
+        # the switches a builder names for each size of a sweep: sorted once (keyed by their exact bytes)
+        sw = memo(topology, ("unique switches", sw.tobytes()), lambda: np.unique(sw))
+    schedule.node_labels.update(memo(topology, ("labels", sw.size, hash(sw.tobytes())),
+                                     lambda: topology.node_labels(sw)))
 
 
 def fall_back(what: str, reason: str, host: str, notes: list[str]) -> str:

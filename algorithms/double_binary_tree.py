@@ -21,7 +21,7 @@ round pattern indexes them with the member number, so one rank's program costs o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -61,10 +61,11 @@ class Tree:
         kids, owners = nodes[has_parent], parent[has_parent]
         nkids = np.bincount(owners, minlength=n)
         assert not (nkids > max_children).any(), f"at most {max_children} children per node"
-        # a node's children in increasing order
-        order = np.lexsort((kids, owners))
+        # a node's children in increasing order: kids are increasing, so a stable sort by owner keeps them so
+        # (np.lexsort((kids, owners))'s order), and an owner's first child sits where its run starts
+        order = np.argsort(owners, kind="stable")
         kids, owners = kids[order], owners[order]
-        first = np.searchsorted(owners, owners)
+        first = (np.cumsum(nkids) - nkids)[owners]
         children = np.full((n, max_children), -1, dtype=np.int64)
         children[owners, np.arange(kids.size) - first] = kids
         # the levels top-down from the root (each the children of the one above): depth, and the order in which
@@ -354,8 +355,18 @@ def build_double_binary_tree(collective: str, world_size: int, count: int, *, ro
 
     def stages():  # independent of the size: kept across a sweep's sizes
         lanes = []
+        placed = getattr(topology, "placed", False)
+        laid = memo(topology, ("nccl tree lanes",), dict)  # per (domain tree, head), as nccl_trees keeps trees
         for t, tree in enumerate(nccl_trees(topology, C)):
-            lanes += tree_lanes(tree, ranks[None, :], lambda k, r, t=t: (k * C + t, 1))
+            if placed:
+                lanes += tree_lanes(tree, ranks[None, :], lambda k, r, t=t: (k * C + t, 1))
+                continue
+            # channel t moves part t of every piece, chunk k * C + t, whoever the member: the lanes of its tree
+            # are laid out once (the builds of several channel counts share them) and take this count's chunks
+            key = (t % 2, (t // 2) % topology.gpus_per_domain)
+            if key not in laid:
+                laid[key] = tree_lanes(tree, ranks[None, :], lambda k, r: (k, 1))
+            lanes += [replace(ln, chunks=lambda k, at, t=t: (k * C + t, 1)) for ln in laid[key]]
         return lanes
 
     lanes = memo(topology, ("nccl_tree", C), stages)

@@ -210,7 +210,8 @@ def build_hierarchical(collective: str, world_size: int, count: int, *, root=Non
             fall_back("NVLS (intra)", reason, "ring", notes)
             reasons.append(reason)
             intra_used = "ring"
-    groups = topology.domain_groups().T.copy()  # (G, D): inter group j
+    # (G, D): inter group j; read only, kept across a sweep's sizes
+    groups = memo(topology, ("inter groups",), lambda: topology.domain_groups().T.copy())
     j = np.arange(G, dtype=np.int64)
     off = split_points(work, G, j)
     length = split_points(work, G, j + 1) - off

@@ -99,7 +99,8 @@ def nvls_members(topology) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def nvls_phase(collective: str, topology, work: int, pieces: int):
     """The NVLS phase of `collective` in every domain of `topology` at once (work: the work buffer)."""
-    nodes, gpus, switches = nvls_members(topology)
+    # the members do not depend on the size: kept across a sweep's sizes (the arrays are only read)
+    nodes, gpus, switches = memo(topology, ("nvls members",), lambda: nvls_members(topology))
     n = topology.gpus_per_domain
     if collective == "allreduce":  # piece-major: piece k = parts k n .. k n + n - 1, part j = 1/n of the piece
         table = ChunkTable.whole(work, pieces, n, groups=1)

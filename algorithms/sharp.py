@@ -128,10 +128,15 @@ def build_forest(trees: list, nodes=None) -> Forest:
 
 def _lanes_by(forest: Forest, vertices: np.ndarray, key: np.ndarray, make) -> list[Lane]:
     """One lane per distinct key (in increasing order) over `vertices`, made by make(vertices of the key, key)."""
-    out = []
-    for k in np.unique(key).tolist():
-        out.append(make(vertices[key == k], k))
-    return out
+    # vertices[key == k] for each k in one stable sort: each key's vertices, in their order, are one run
+    if not key.size:
+        return []
+    order = np.argsort(key, kind="stable")
+    ordered, keys = vertices[order], key[order]
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    ends = np.r_[starts[1:], keys.size]
+    return [make(ordered[a:b], k) for a, b, k in zip(starts.tolist(), ends.tolist(), keys[starts].tolist(),
+                                                          strict=True)]
 
 
 def climb_lanes(forest: Forest, data, lag: int = 0, reduce: bool = True, path=None) -> list[Lane]:
@@ -141,14 +146,15 @@ def climb_lanes(forest: Forest, data, lag: int = 0, reduce: bool = True, path=No
     f = forest
     up = np.flatnonzero((f.parent >= 0) & (np.ones(f.member.size, bool) if path is None else path))
     lanes = []
-    for k in np.union1d(f.slot[f.parent[up]], f.slot[up]).tolist():
+    parent_slot, own_slot = f.slot[f.parent[up]], f.slot[up]
+    for k in np.union1d(parent_slot, own_slot).tolist():
         # parent side: one lane per (parent slot, child position)
-        mine = up[f.slot[f.parent[up]] == k]
+        mine = up[parent_slot == k]
         lanes += _lanes_by(f, mine, f.position[mine], lambda v, i: lane(
             (recv_reduce if reduce and i > 0 else recv), f.member[f.parent[v]], f.member[v], lag + f.level[v],
             lambda k_, at, v=v: data(k_, v[at])))
         # child side: the vertices of slot k send
-        sender = up[f.slot[up] == k]
+        sender = up[own_slot == k]
         if sender.size:
             lanes.append(lane(send, f.member[sender], f.member[f.parent[sender]], lag + f.level[sender],
                               lambda k_, at, v=sender: data(k_, v[at])))
@@ -168,11 +174,12 @@ def descent_lanes(forest: Forest, data, lag: int = 0, multicast: bool = True, sk
         U = f.fanout
         lags, period = lag + L + (L - f.level - 1) * U + f.position, U
     lanes = []
-    for k in np.union1d(f.slot[f.parent[down]], f.slot[down]).tolist():
-        mine = down[f.slot[f.parent[down]] == k]
+    parent_slot, own_slot = f.slot[f.parent[down]], f.slot[down]
+    for k in np.union1d(parent_slot, own_slot).tolist():
+        mine = down[parent_slot == k]
         lanes += _lanes_by(f, mine, f.position[mine], lambda v, i: lane(
             send, f.member[f.parent[v]], f.member[v], lags[v], lambda k_, at, v=v: data(k_, v[at]), period))
-        receiver = down[f.slot[down] == k]
+        receiver = down[own_slot == k]
         if receiver.size:
             lanes.append(lane(recv, f.member[receiver], f.member[f.parent[receiver]], lags[receiver],
                               lambda k_, at, v=receiver: data(k_, v[at]), period))

@@ -37,6 +37,7 @@ import numpy as np
 
 from ..schedule.ops import OpKind
 from ..topology import TIERS
+from .bulk import Timing, bulk_slowest, evaluate_bulk
 from .flows import CriticalHops, Hops, flow_hops, frontier, member_blocks, path_cache, round_flows, top_node
 from .model import CostRules
 from .recurrence import EXACT_UPDATES, advance_history, cycle_rows, iterate, rate_at, reverse_pairs, scatter
@@ -333,17 +334,27 @@ def _stage_rounds(rules: CostRules, pi: int, rnd, info: dict, staged) -> list[Ro
     lo, hi = np.maximum(0, t - P + 1), np.minimum(t, S - 1)
     busy = hi >= lo
     lo_b, hi_b = np.where(busy, lo, 0), np.where(busy, hi + 1, 0)
-    # the busy stages' rows side by side (a few per stage: the max over them is the round's cost)
-    a, b = np.where(busy, bounds[lo_b], 0).tolist(), np.where(busy, bounds[hi_b], 0).tolist()
-    tiers, kind = window_sums(tier, kinds, lo_b, hi_b, busy)
-    out = []
-    for i in range(n):
-        rc = RoundCost(pi, rnd.repeats if rnd.uniform else 1, rnd.uniform, full.src, full.dst, full.lat, full.coef,
-                       full.crit_link, full.crit_factor, full.red_node, full.red_coef, tiers[i], full.load_coef,
-                       rows_all[a[i]:b[i]], flows_all[a[i]:b[i]], full.recv_coef, full.red_flow, full.overlap,
-                       full.net, kind[i], slots=rules.credit_slots, units=full.units, replicas=hops.replicas)
-        out.append(rc)
-    return out
+    # a round is its busy stages [lo, hi) and its repeats: the sizes of a sweep (other piece counts) share
+    # most of their fill and drain rounds, kept with the stages' costs (the rounds' own caches with them)
+    made = hops.costs.setdefault(("stage rounds",) + memo_key, {})
+    reps = rnd.repeats if rnd.uniform else 1
+    keys = [(pi, reps, rnd.uniform, x, y) for x, y in zip(lo_b.tolist(), hi_b.tolist(), strict=True)]
+    miss = np.array([i for i, k in enumerate(keys) if k not in made], np.int64)
+    if miss.size:
+        lo_m, hi_m, busy_m = lo_b[miss], hi_b[miss], busy[miss]
+        # the busy stages' rows side by side (a few per stage: the max over them is the round's cost)
+        a, b = np.where(busy_m, bounds[lo_m], 0).tolist(), np.where(busy_m, bounds[hi_m], 0).tolist()
+        tiers, kind = window_sums(tier, kinds, lo_m, hi_m, busy_m)
+        for j, i in enumerate(miss.tolist()):
+            made[keys[i]] = RoundCost(pi, reps, rnd.uniform, full.src, full.dst, full.lat, full.coef,
+                                      full.crit_link, full.crit_factor, full.red_node, full.red_coef, tiers[j],
+                                      full.load_coef, rows_all[a[j]:b[j]], flows_all[a[j]:b[j]], full.recv_coef,
+                                      full.red_flow, full.overlap, full.net, kind[j], slots=rules.credit_slots,
+                                      units=full.units, replicas=hops.replicas)
+    return [made[k] for k in keys]
+
+
+_bulk_slowest = bulk_slowest  # (a module global, so tests can take the loop over every round's rows instead)
 
 
 def _has_fabric_switches(schedule, rules: CostRules) -> bool:
@@ -414,15 +425,6 @@ def chunk_bytes(schedule, itemsize: int) -> np.ndarray:
                      else 0.0 for ph in schedule.phases])
 
 
-@dataclass
-class Timing:
-    time: float
-    phase_times: list[float]
-    tier_bytes: np.ndarray
-    bottleneck: tuple  # (kind, id, factor) of the resource with the largest share of the time
-    utilization: float
-
-
 def _classify(rc: RoundCost, f: int, cb: float) -> tuple[tuple, float]:
     lat, ser = float(rc.lat[f]), float(rc.coef[f]) * cb
     red = (float(rc.recv_coef[f]) - float(rc.coef[f])) * cb
@@ -454,6 +456,8 @@ def evaluate(st: Structure, cb: np.ndarray, dataflow: bool) -> Timing:
         clock = LinkClock()
     total = 0.0
     slowest = None if dataflow else _bulk_slowest(st, cb)
+    if slowest is not None:  # every round's slowest flow known: the rounds as arrays (bulk.py)
+        return evaluate_bulk(st, cb, slowest)
     # a pipeline's rounds share their flows' arrays, mostly their slowest flow and their cycle rate: each
     # classification and repeat cost once per (arrays, flow, chunk bytes) in this call
     memo: dict[tuple, object] = {}
@@ -498,44 +502,6 @@ def evaluate(st: Structure, cb: np.ndarray, dataflow: bool) -> Timing:
             prev = end
     bottleneck = max(weights, key=weights.get) if weights else ("latency",)
     return Timing(total, phase_time, tier, bottleneck, min(util, 1.0))
-
-
-def _bulk_slowest(st: Structure, cb: np.ndarray) -> tuple[list, list] | None:
-    """Per round of the bulk model: the flow of its slowest row at chunk bytes cb[phase] and that row's
-    duration (what evaluate's per-round argmax over rc.rows gives, the same floats), for all rounds at once;
-    None when a round with messages has no rows (evaluate then takes them one by one)."""
-    layout = st.memo.get("bulk rows")
-    if layout is None:
-        busy = [i for i, rc in enumerate(st.rounds) if rc.src.size]
-        sizes = np.array([st.rounds[i].rows.shape[0] for i in busy], np.int64)
-        if busy and not sizes.all():
-            layout = ()
-        elif busy:
-            rows = np.concatenate([st.rounds[i].rows for i in busy])
-            flows = np.concatenate([st.rounds[i].row_flow for i in busy]).astype(np.int64, copy=False)
-            phase = np.repeat(np.array([st.rounds[i].phase for i in busy], np.int64), sizes)
-            starts = np.r_[0, np.cumsum(sizes)[:-1]]
-            layout = (busy, rows, flows, phase, starts, sizes)
-        else:
-            layout = ([], None, None, None, None, None)
-        st.memo["bulk rows"] = layout
-    if not layout:
-        return None
-    busy, rows, flows, phase, starts, sizes = layout
-    f_of, lam_of = [None] * len(st.rounds), [None] * len(st.rounds)
-    if not busy:
-        return f_of, lam_of
-    dur = rows[:, 0] + rows[:, 1] * np.asarray(cb, np.float64)[phase]
-    top = np.maximum.reduceat(dur, starts)
-    # np.argmax's choice: the first row of each round attaining its maximum
-    hit = np.flatnonzero(dur == np.repeat(top, sizes))
-    seg = np.searchsorted(starts, hit, side="right") - 1
-    first = hit[np.r_[True, seg[1:] != seg[:-1]]] if hit.size else hit
-    if first.size != len(busy):  # a round whose durations are not numbers (nan): argmax's own rule applies
-        return None
-    for i, f, lam in zip(busy, flows[first].tolist(), dur[first].tolist(), strict=True):
-        f_of[i], lam_of[i] = f, lam
-    return f_of, lam_of
 
 
 def _advance_round(rc: RoundCost, c: float, lam: float, hist: list[np.ndarray], credit,

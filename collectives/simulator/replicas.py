@@ -155,20 +155,21 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
     # each domain's in-domain messages in their order, domain by domain: row d of P is domain d's (a stable
     # sort of the domains, which lanes list in order: runs that the sort merges)
     order = np.argsort(dom, kind="stable")
-    P = pos[order].reshape(D, -1)
-    # a message's ends within the domain and its stage in one integer (as 64-bit words, with the chunks), read
-    # in the messages' order and then laid out domain by domain
+    at = pos[order]  # the in-domain messages domain by domain, each domain's in their order
+    P = at.reshape(D, -1)
+    # a message's ends within the domain and its stage in one integer (as 64-bit words, with the chunks), laid
+    # out domain by domain
     top = int(lag.max()) + 1 if lag.size else 1
     if (G + 1) ** 2 * top >= 2 ** 62 or (lag.size and int(lag.min()) < 0):
         return None
-    to = dst[pos]
-    rows = [((place[src[pos]].astype(np.int64) * (G + 1) + place[to]) * top + lag[pos])[order].reshape(D, -1),
-            units[pos][order].reshape(D, -1)]
+    to = dst[at]
+    rows = [((place[src[at]].astype(np.int64) * (G + 1) + place[to]) * top + lag[at]).reshape(D, -1),
+            units[at].reshape(D, -1)]
     if rn.size:  # what each in-domain receiver reduces in the round (its reduction time's share); -1: nothing
         size = max(int(rn.max()) + 1, N + D)
         reduced = np.where(np.bincount(rn, minlength=size) > 0, np.bincount(rn, weights=ru, minlength=size), -1.0)
-        rows.append(reduced[to][order].reshape(D, -1))
-    del to
+        rows.append(reduced[to].reshape(D, -1))
+    del to, at
     rep = _kinds(rows)
     del rows
     copy = np.flatnonzero(rep != np.arange(D))

@@ -2,8 +2,8 @@
 
 A tree's depths and heights come level by level from the root (double_binary_tree.Tree.from_parents), a SHARP
 forest's parents by a sorted lookup (sharp.build_forest), a lane's members are put in order by scattering them
-to their slots (_pipeline._member_order), and NCCL's tree of a channel is built once per cluster and shared by
-the builds of several channel counts (double_binary_tree.nccl_trees). Each test compares the shortcut with its
+to their slots (_pipeline._member_order), and NCCL's tree of a channel and its lanes are built once per cluster
+and shared by the builds of several channel counts (double_binary_tree.nccl_trees, build_double_binary_tree). Each test compares the shortcut with its
 general form element by element.
 """
 
@@ -163,3 +163,49 @@ def test_replicated_tree_lanes_node_by_node_are_those_replica_by_replica(monkeyp
 
     monkeypatch.setattr(dbt, "_replicas", replica_major)
     assert _same_lanes(fast, dbt.tree_lanes(tree, members, data, 0))
+
+
+def test_channel_lanes_are_shared_and_take_each_counts_chunks(monkeypatch):
+    """NCCL's tree lanes of a channel are laid out once per cluster and shared by the builds of several channel
+    counts, each with its own chunk ids (piece * channels + channel): every count's lanes are those a fresh
+    build lays out (a key that mixed heads or counts would give another channel's tree or chunks)."""
+    from collectives.algorithms import double_binary_tree as dbt
+
+    from collectives.simulator.engine import build_schedule
+
+    topo = preset("gb200-nvl72", racks=6, gpus_per_domain=4)
+
+    def lanes(channels):
+        schedule = build_schedule("double_binary_tree", topo, "allreduce", 1 << 12, channels=channels)
+        return schedule.phases[0].rounds[0].slots.pipeline["lanes"]
+
+    shared = {c: lanes(c) for c in (8, 1, 3, 6)}  # the counts after the first reuse its channels' lanes
+    for c, got in shared.items():
+        monkeypatch.setattr(_pipeline, "_MEMO", {})  # a fresh build: nothing laid out yet
+        monkeypatch.setattr(dbt, "_CHANNEL_TREES", {})
+        want = [ln for t, tree in enumerate(nccl_trees(topo, c))
+                for ln in dbt.tree_lanes(tree, np.arange(topo.world_size)[None, :],
+                                         lambda k, r, t=t, c=c: (k * c + t, 1))]
+        assert _same_lanes(got, want), c
+        assert _same_lanes(got, lanes(c)), c
+
+
+@pytest.mark.parametrize("n,keys", [(0, 1), (1, 1), (50, 3), (2000, 70)])
+def test_lanes_by_key_are_each_keys_vertices_in_order(n, keys):
+    """sharp._lanes_by groups the vertices by one stable sort: per key (increasing), vertices[key == k]."""
+    from collectives.algorithms import sharp
+
+    rng = np.random.default_rng(n + keys)
+    vertices, key = rng.permutation(2 * n)[:n], rng.integers(0, keys, n)
+    got = sharp._lanes_by(None, vertices, key, lambda v, k: (k, v.copy()))
+    want = [(k, vertices[key == k]) for k in np.unique(key).tolist()]
+    assert [k for k, _ in got] == [k for k, _ in want]
+    assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(got, want, strict=True))
+
+
+@pytest.mark.parametrize("top", [1, 255, 256, 30_000, 1 << 40])
+def test_stable_order_is_a_stable_argsort(top):
+    """_pipeline._stable_order sorts small keys as one or two bytes: the permutation of a stable argsort."""
+    keys = np.random.default_rng(top).integers(0, top, 5000)
+    keys[:3] = top - 1
+    assert np.array_equal(_pipeline._stable_order(keys), np.argsort(keys, kind="stable"))

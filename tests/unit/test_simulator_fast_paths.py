@@ -2,7 +2,8 @@
 
 Above DATAFLOW_MAX_NODES the analytic model costs a huge pipeline's stages from one grouping of all its flows
 (stages.stage_groups / stage_frontiers) instead of a `frontier` per stage, and all rounds' slowest rows at
-once (analytic._bulk_slowest) instead of an argmax per round; `flows.group_values` replaces np.unique and
+once (bulk.bulk_slowest) instead of an argmax per round, and the rounds' sums and classifications as arrays
+(bulk.evaluate_bulk) instead of evaluate's loop; `flows.group_values` replaces np.unique and
 `flow_hops` sums each node's reductions with bincount. Each test lowers the threshold so a small cluster takes
 the bulk path, and compares the shortcut with the general form element by element (exact equality).
 """
@@ -78,6 +79,57 @@ def test_bulk_slowest_rows_are_each_rounds_argmax(bulk, name):
             j = int(np.argmax(dur))
             assert (got_flow[i], got_lam[i]) == (int(rc.row_flow[j]), float(dur[j])), (name, nbytes, i)
         assert busy
+
+
+@pytest.mark.parametrize("name", ["double_binary_tree", "ring", "hierarchical", "nvls_tree"])
+def test_bulk_evaluate_is_the_per_round_loop(bulk, name, monkeypatch):
+    """evaluate's vectorised bulk model (bulk.evaluate_bulk) gives the per-round loop's figures exactly, for one
+    structure at two chunk sizes (its per-structure layout is read at each), and for two protocols' structures."""
+    topo = bulk
+    fast = []
+    for nbytes, protocol in ((4096, "Simple"), (16 << 20, "Simple"), (16 << 20, "LL")):
+        count = count_for("allreduce", nbytes, topo.world_size, 4)
+        schedule = build_schedule(name, topo, "allreduce", count, "float32", "sum", None, protocol)
+        st = analytic.structure(schedule, CostRules(topo, "float32", nbytes, protocol))
+        for scale in (1.0, 1e-4, 1e3):  # tiny chunks: latency-bound rounds; big ones: link-bound
+            cb = analytic.chunk_bytes(schedule, 4) * scale
+            cb = cb * (1.0 + np.arange(cb.size))  # phases at different chunk sizes: a phase's own is read
+            fast.append((nbytes, protocol, scale, analytic.evaluate(st, cb, dataflow=False)))
+            assert "bulk layout" in st.memo, "the bulk model took the vectorised path"
+    monkeypatch.setattr(analytic, "_bulk_slowest", lambda st, cb: None)  # the loop over every round's rows
+    kinds = set()
+    for nbytes, protocol, scale, got in fast:
+        count = count_for("allreduce", nbytes, topo.world_size, 4)
+        schedule = build_schedule(name, topo, "allreduce", count, "float32", "sum", None, protocol)
+        st = analytic.structure(schedule, CostRules(topo, "float32", nbytes, protocol))
+        cb = analytic.chunk_bytes(schedule, 4) * scale
+        want = analytic.evaluate(st, cb * (1.0 + np.arange(cb.size)), dataflow=False)
+        at = (name, nbytes, protocol, scale)
+        assert got.time == want.time and got.phase_times == want.phase_times, at
+        assert np.array_equal(got.tier_bytes, want.tier_bytes), at
+        assert got.bottleneck == want.bottleneck and got.utilization == want.utilization, at
+        kinds.add(want.bottleneck[0])
+    assert len(kinds) > 1, kinds  # both latency- and link- (or reduction-) bound rounds were classified
+
+
+@pytest.mark.parametrize("name", ["double_binary_tree", "hierarchical"])
+def test_stage_rounds_shared_between_sizes_are_a_fresh_costing(bulk, name, monkeypatch):
+    """A huge pipeline's rounds are kept per (busy stages, repeats) and shared by the sizes of a sweep whose piece
+    counts differ: each size's figures are those of a costing from scratch (a key that mixed two rounds' busy
+    stages or repeats would price one size with another's rounds)."""
+    topo = bulk
+    sizes = [1 << 16, 3 << 20, 16 << 20, 64 << 20]  # 1, several and many pieces, in every protocol
+
+    def figures(r):
+        return r.time, [p.time for p in r.phases], r.tier_bytes, r.bottleneck, r.max_link_utilization
+
+    swept = [figures(simulate(name, topo, n, mode="analytic")) for n in sizes]
+    rounds = [rc for topo_, st in analytic._CACHE.values() if topo_ is topo for rc in st.rounds]
+    assert len({id(rc) for rc in rounds}) < len(rounds), "the sizes' structures share rounds"
+    for n, got in zip(sizes, swept, strict=True):
+        for cache in ("_CACHE", "_FLOWS", "_STAGES", "_ROUND_HOPS", "_RATES", "_PAIRS"):
+            monkeypatch.setattr(analytic, cache, {})
+        assert figures(simulate(name, topo, n, mode="analytic")) == got, (name, n)
 
 
 def test_reductions_per_node_sum_in_flow_order():

@@ -3,9 +3,10 @@ all_to_all_single of contiguous tensors, handed to the library as cached numpy v
 
 A mixin of CollectivesProcessGroup (process_group.py), which provides the general path of each call (`_allreduce`,
 `_all_gather_single`, `_reduce_scatter_single`, `_all_to_all_single`: every check with its error, staging of
-strided tensors, PREMUL_SUM, uneven splits), `_issue`, `_comm()`, `comm`, `_views`, `_bound` (BoundCalls) and its
-`_by_address`, `_done`, `_size` and the coalescing list. A fast path only takes a call that the general path would hand to the library unchanged, and
-anything else goes there: so every error is the general path's, raised before any communication.
+strided tensors, PREMUL_SUM, uneven splits), `_issue`, `_comm()`, `comm`, `_views`, `_bound` (BoundCalls) and
+its `_by_address`, `_done`, `_size` and the coalescing list. A fast path only takes a call that the general path
+would hand to the library unchanged, and anything else goes there: so every error is the general path's, raised
+before any communication.
 
 A fast path reads the op as `hash(opts.reduceOp)` (torch's ReduceOp hashes to its RedOpType value,
 tensors.OPS_BY_HASH), takes the tensors' numpy views from the group's cache (`Views.get`, which checks dtype, device
@@ -14,9 +15,9 @@ no call is in flight anywhere (`PENDING`), runs the library's blocking call on t
 returns the group's shared completed Work: a few reads of tens to hundreds of nanoseconds each (docs/torch.md,
 "Per-call overhead"). That call is a persistent call (`Communicator.persistent`) bound once per tensor (all_reduce)
 or pair of views (the other three) and kept in the group's BoundCalls, so a repeated call skips the library
-method's argument handling, plan look-up and buffer checks too. A call that stays in flight after the method returns (asynchronous,
-coalesced, or issued while another group's calls are in flight) must hand the library arrays that keep the tensors
-alive, which the cached views do not (they do not own the memory): all_reduce then takes `tensor.numpy()` of its
+method's argument handling, plan look-up and buffer checks too. A call that stays in flight after the method
+returns (asynchronous, coalesced, or issued while another group's calls are in flight) must hand the library
+arrays that keep the tensors alive, which the cached views do not (they do not own the memory): all_reduce then takes `tensor.numpy()` of its
 tensor, the other three their general path.
 """
 
@@ -43,10 +44,10 @@ class BoundCalls:
     In-place allreduces by the tensor's data address (`by_address`: address -> (size, dtype, op, the call's run),
     looked up by DirectCalls.allreduce itself): reused for a tensor at the same address with the same size and
     dtype, and the same op. A hit needs no check of which tensor the entry was made for: the caller holds a
-    (contiguous) tensor over those very bytes, which is what the bound call reads and writes. Calls with an input and an output
-    (all_gather, reduce_scatter, all_to_all) by their pair of cached views (Views hands out the same view object
-    only while its tensor is alive and unchanged). Like Views, the arrays do not own the memory, and the caller
-    holds the tensors for the call."""
+    (contiguous) tensor over those very bytes, which is what the bound call reads and writes. Calls with an input
+    and an output (all_gather, reduce_scatter, all_to_all) by their pair of cached views (Views hands out the same
+    view object only while its tensor is alive and unchanged). Like Views, the arrays do not own the memory, and
+    the caller holds the tensors for the call."""
 
     SIZE = 64
 
@@ -61,17 +62,11 @@ class BoundCalls:
         if op is None or comm is None:
             return None
         a = self._views.get(t)
-        if a is None:
+        call = _persistent(comm, "allreduce", a, a, op) if a is not None else None
+        if call is None:
             return None
-        try:
-            run = comm.persistent("allreduce", a, out=a, op=op).run
-        except (TypeError, ValueError):  # e.g. a bitwise op on floats: the general path says so
-            return None
-        by_address = self.by_address
-        if len(by_address) >= self.SIZE:
-            by_address.pop(next(iter(by_address)))
-        by_address[t.data_ptr()] = (t.numel(), t.dtype, op, run)
-        return run
+        _remember(self.by_address, t.data_ptr(), (t.numel(), t.dtype, op, call.run))
+        return call.run
 
     def pair(self, collective: str, x: np.ndarray, out: np.ndarray, op: str, comm):
         """The bound call of `collective` from view x into view out (views from Views.get), or None when the
@@ -80,35 +75,26 @@ class BoundCalls:
         entry = self._pairs.get(key)
         if entry is not None and entry[0] is x and entry[1] is out and entry[2] is op:
             return entry[3]
-        try:
-            call = comm.persistent(collective, x, out=out, op=op)
-        except (TypeError, ValueError):
-            return None
-        pairs = self._pairs
-        if len(pairs) >= self.SIZE:
-            pairs.pop(next(iter(pairs)))
-        pairs[key] = (x, out, op, call)  # holding x and out keeps their ids from being reused
+        call = _persistent(comm, collective, x, out, op)
+        if call is not None:
+            _remember(self._pairs, key, (x, out, op, call))  # holding x and out keeps their ids from being reused
         return call
 
-    def get(self, t: torch.Tensor, op: str, comm):
-        """t's bound call (t: a contiguous tensor, `type(t) is torch.Tensor`), or None when the library's call
-        would refuse it (the caller's general path then raises the clear error)."""
-        entry = self._calls.get(id(t))
-        if entry is not None and entry[0] == t.data_ptr() and entry[1] == t.numel() and entry[2] is t.dtype \
-                and entry[3] is op:
-            return entry[4]
-        a = self._views.get(t)
-        if a is None:
-            return None
-        try:
-            call = comm.persistent("allreduce", a, out=a, op=op)
-        except (TypeError, ValueError):  # e.g. a bitwise op on floats: the general path says so
-            return None
-        calls = self._calls
-        if len(calls) >= self.SIZE:
-            calls.pop(next(iter(calls)))
-        calls[id(t)] = (t.data_ptr(), t.numel(), t.dtype, op, call)
-        return call
+
+def _persistent(comm, collective: str, x: np.ndarray, out: np.ndarray, op: str):
+    """comm's persistent call, or None where the library refuses it (e.g. a bitwise op on floats: the general
+    path then says so)."""
+    try:
+        return comm.persistent(collective, x, out=out, op=op)
+    except (TypeError, ValueError):
+        return None
+
+
+def _remember(table: dict, key, entry) -> None:
+    """Add an entry to a bounded table, dropping its oldest first when full."""
+    if len(table) >= BoundCalls.SIZE:
+        table.pop(next(iter(table)))
+    table[key] = entry
 
 
 class DirectCalls:

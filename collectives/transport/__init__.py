@@ -16,5 +16,5 @@ from .errors import CollectiveTimeoutError, CommunicatorClosedError, MPILibraryE
 from .persistent import PersistentCall
 from .progress import Work
 
-__all__ = ["CollectiveTimeoutError", "Communicator", "CommunicatorClosedError", "MPILibraryError", "PersistentCall", "Work",
-           "init"]
+__all__ = ["CollectiveTimeoutError", "Communicator", "CommunicatorClosedError", "MPILibraryError", "PersistentCall",
+           "Work", "init"]

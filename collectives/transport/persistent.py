@@ -4,9 +4,9 @@
 `run()` is then the call itself: when the plan runs on the shared-memory plan runner and nothing is in flight it
 starts the runner directly (Plan.bind_inline, bound once where the buffers fix it, then Plan.start_inline),
 skipping the method's argument handling, the plan look-up and the buffer checks of a fresh call (about a third of
-an 8-byte allreduce's cost on one host). Anything else takes the plan's
-own run (MPI's own collective, messages, a call in flight: the queue), so a persistent call behaves as the
-collective's method would with the same arguments: same algorithm, same agreement, same errors.
+an 8-byte allreduce's cost on one host). Anything else takes the plan's own run (MPI's own collective, messages, a
+call in flight: the queue), so a persistent call behaves as the collective's method would with the same
+arguments: same algorithm, same agreement, same errors.
 
 A communicator that drops plans (its plan cache is full, `check` changed, closing) bumps its `generation`; a
 persistent call made before then validates and plans again on its next run, so it never runs a plan the
@@ -74,7 +74,8 @@ class PersistentCall:
         return self._plan.choice.algorithm
 
     def __repr__(self) -> str:
-        return f"<collectives.PersistentCall {self.collective} via {self.algorithm} on {self._x.dtype}[{self._x.size}]>"
+        x = self._x
+        return f"<collectives.PersistentCall {self.collective} via {self.algorithm} on {x.dtype}[{x.size}]>"
 
 
 __all__ = ["PersistentCall"]

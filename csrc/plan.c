@@ -51,12 +51,15 @@ int coll_ctrl_compare(const int64_t *ctrl_q, int64_t seq, int64_t signature)
     const int slot = (int)(seq & 1) * 2;
     if (load(&ctrl_q[COLL_CTRL_POISON]) == seq)
         return -2;
-    /* A peer is at most one call ahead of a rank that waits on it in a call (it cannot finish the next call
-     * without this rank), so the slot of this call's parity holds this call's number once the peer started it,
-     * and an older one before. */
+    /* The slot of this call's parity holds an older number until the peer starts this call, then this call's.
+     * A later number means the peer has finished this call (a rank signs a call only once its previous calls
+     * are over): it compared its signature with this rank's before it did, or poisoned this call (read above;
+     * a rank that poisons joins the mismatch report, which waits for this rank, so the word is still there).
+     * That happens when calls that sign nothing let the peer run ahead: with check="off", calls that move no
+     * data, and MPI's own collectives after a signature's first call. */
     const int64_t its_seq = load(&ctrl_q[COLL_CTRL_SIG_SEQ + slot]);
     if (its_seq != seq)
-        return 0;
+        return its_seq > seq ? 1 : 0;
     return load(&ctrl_q[COLL_CTRL_SIG_HASH + slot]) == signature ? 1 : -1;
 }
 

@@ -86,8 +86,8 @@ int coll_plan_run(struct coll_plan_call *call, int64_t polls, int yield_cpu, int
  * (MPI's own collectives, point-to-point messages) on a host whose ranks share the control window. */
 void coll_ctrl_sign(int64_t *ctrl, int64_t seq, int64_t signature);
 void coll_ctrl_poison(int64_t *ctrl, int64_t seq);
-/* 1: rank q started call `seq` with this signature; 0: not yet; -1: another signature; -2: q reported a
- * mismatch of this call (its poison word). */
+/* 1: rank q started call `seq` with this signature, or signed a later call (it finished this one); 0: not yet;
+ * -1: another signature; -2: q reported a mismatch of this call (its poison word). */
 int coll_ctrl_compare(const int64_t *ctrl_q, int64_t seq, int64_t signature);
 /* CDEF-END */
 

@@ -150,8 +150,8 @@ class Arena:
         c, slot = self.ctrl[q], (seq & 1) * 2
         if c[POISON] == seq:
             return POISONED
-        if c[SIG_SEQ + slot] != seq:
-            return NOT_STARTED
+        if c[SIG_SEQ + slot] != seq:  # a later number: the peer finished this call (csrc/plan.c)
+            return MATCH if c[SIG_SEQ + slot] > seq else NOT_STARTED
         return MATCH if c[SIG_HASH + slot] == signature else MISMATCH
 
     def _c_ctrl_ptr(self, q: int):

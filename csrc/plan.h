@@ -17,8 +17,9 @@
  * `buffers[b]` is the base address of buffer b (the transport numbers them: work, input, peers' windows).
  *
  * Control block of rank q (COLL_CTRL_WORDS int64 in shared memory, `ctrl[q]`): its `done` counter, two
- * signature slots (call number, signature hash; slot = call number & 1) and a poison word, in one cache line,
- * then its `read` counter in the next. The call agreement rides on the waits a call makes anyway: a run writes
+ * signature slots (call number, signature hash; slot = call number & 1), a poison word and two flag words (one
+ * per slot: 2 x call number + a bit, written by the Python agreement before it signs; the runner ignores them),
+ * in one cache line, then its `read` counter in the next. The call agreement rides on the waits a call makes anyway: a run writes
  * its signature slot first; every wait on a peer for this call (target above the call's base) also reads the
  * peer's slot, in the line it polls: a peer that has started the same call number with another signature is a
  * mismatch, and so is a peer whose poison word names this call (it found a mismatch: it propagates); CHECK_ALL
@@ -40,7 +41,7 @@ enum coll_plan_opcode {
 };
 enum coll_plan_kind { COLL_PLAN_NATIVE = 0, COLL_PLAN_HALF = 1 };
 enum coll_ctrl_word {
-    COLL_CTRL_DONE = 0, COLL_CTRL_SIG_SEQ = 1, COLL_CTRL_SIG_HASH = 2, COLL_CTRL_POISON = 5,
+    COLL_CTRL_DONE = 0, COLL_CTRL_SIG_SEQ = 1, COLL_CTRL_SIG_HASH = 2, COLL_CTRL_POISON = 5, COLL_CTRL_FLAG = 6,
     COLL_CTRL_READ = 8, COLL_CTRL_WORDS = 16
 };
 enum coll_plan_status {

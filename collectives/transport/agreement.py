@@ -126,14 +126,19 @@ class HostAgreement:
 
     stage = "agreement"
 
-    def __init__(self, runtime, arena, meta: CallMeta | tuple[int, Signature], signature: int) -> None:
+    def __init__(self, runtime, arena, meta: CallMeta | tuple[int, Signature], signature: int,
+                 flag: bool | None = None) -> None:
         """`meta`: the call, or (call number, Signature): the CallMeta is then built only for a mismatch report
-        (it costs more than the rest of the agreement of a call of MPI's own collective)."""
+        (it costs more than the rest of the agreement of a call of MPI's own collective). `flag`: a bit this rank
+        publishes with its signature; once the agreement is complete, `all_flags` is True when every rank's was
+        set (the same answer on every rank: executors.NativeExecutor decides with it what every rank does)."""
         self.runtime, self.arena, self._meta, self.signature = runtime, arena, meta, signature
         self.seq = meta.call if isinstance(meta, CallMeta) else meta[0]
         self._pending = [q for q in range(arena.size) if q != arena.rank]
         self._report: MismatchReport | None = None
-        arena.sign(self.seq, signature)
+        self._flag = flag
+        self.all_flags: bool | None = None  # None: no flag was asked for (or the agreement is not complete)
+        arena.sign(self.seq, signature, None if flag is None else int(flag))
 
     @property
     def meta(self) -> CallMeta:
@@ -160,7 +165,13 @@ class HostAgreement:
             a.poison(seq)
             return self.mismatch()
         self._pending = still
-        return not still
+        if still:
+            return False
+        if self._flag is not None:
+            # every peer signed this call, after writing its flag word (a peer cannot sign call seq + 2, which
+            # would overwrite it, before this rank has signed seq + 1)
+            self.all_flags = bool(self._flag) and all(a.flag(q, seq) for q in range(a.size) if q != a.rank)
+        return True
 
     def mismatch(self) -> bool:
         """Start the report (every rank gets here for this call): raises once it is complete."""

@@ -487,6 +487,9 @@ class Communicator:
         finally:
             ctx.closed = True
             ctx.ok = ctx.fast = False
+            if ctx.native_request and ctx.failure is None:
+                ctx.native_request.Free()  # inactive: the queue is empty
+            ctx.native_request = ctx.native_last = None
             self._drop_plans()
             ctx.scratch.clear()
             if ctx.world is not None and self.rank == 0 and ctx.failure is None:

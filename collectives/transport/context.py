@@ -44,6 +44,11 @@ class Context:
         self.ok = True  # neither failed nor closed
         self.fast = True  # ok, and no call in flight: a blocking call may bypass the queue (kept by CallQueue)
         self.pending_orders: list = []  # orders to switch daemons still being sent (MPI requests)
+        # MPI's own collective as a persistent request (executors.NativeExecutor): the live request (None: none,
+        # False: this MPI has none) and the (plan, input, output) of the last call that could have used one
+        self.native_request = None
+        self.native_last = None
+        self.size_checked: set[int] = set()  # check="off": the size digests whose first call agreed (plans.py)
 
     @property
     def topology(self):

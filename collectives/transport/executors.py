@@ -113,21 +113,66 @@ class MessageExecutor:
 
 class NativeExecutor:
     """The runtime's own collective (MPI's), posted nonblocking on the call's buffers (MPI matches nonblocking
-    collectives by order, so a rank whose call is queued behind an asynchronous one still matches its peers)."""
+    collectives by order, so a rank whose call is queued behind an asynchronous one still matches its peers).
+
+    A call that repeats the previous one on every rank (the same plan and buffers) starts a persistent request
+    instead (MPI-4's MPI_Alltoall_init and kin: MPI skips the call's setup, 1.1-1.5x faster than its blocking call
+    on one host). Whether it does must be the same on every rank, since initialising one is collective: each rank
+    publishes "my plan and buffers are those of my previous such call" with its agreement (agreement.HostAgreement's
+    flag), and every rank then reads the same answer. The communicator holds at most one such request
+    (`ctx.native_request`): it exists on every rank or on none, bound on each rank to the buffers its flag
+    compared, and every rank frees it at a call whose answer is no."""
 
     folds_agreement = False
+    PERSISTABLE = ("allreduce", "reduce", "broadcast", "reduce_scatter", "allgather", "alltoall")
 
-    def __init__(self, ctx, collective: str, kernel_op: str, root: int | None) -> None:
+    def __init__(self, ctx, collective: str, kernel_op: str, root: int | None, count: int) -> None:
         self.native, self.collective, self.root, self.rank, self.p = ctx.runtime.native, collective, root, \
             ctx.rank, ctx.size
+        self.ctx = ctx
         self.op = kernel_op
-        self.req = None
+        self.req = self.req_done = None
         self.completed = 0
+        # a persistent request can serve this signature (the plan offers the flag only with a host agreement)
+        self.persistable = collective in self.PERSISTABLE and count > 0 and hasattr(self.native, "persistent")
 
-    def launch(self, plan, x: np.ndarray, out, seq: int):
-        """Post the call; returns the array the call will return (None off a reduce's root)."""
+    def same_as_last(self, plan, x: np.ndarray, out) -> bool:
+        """This rank's flag: the call repeats this rank's previous flagged call (plan, input and output arrays;
+        a new output array each call never repeats)."""
+        last = self.ctx.native_last
+        return last is not None and last[0] is plan and last[1] is x and last[2] is out and \
+            (out is not None or not plan.producing or self.collective == "broadcast") and \
+            self.ctx.native_request is not False
+
+    def _start_persistent(self, plan, x: np.ndarray, out, res, repeat: bool | None) -> bool:
+        """Follow the ranks' common answer `repeat` (None: no flag was asked for): start the persistent request
+        (initialising it first when there is none), or free it. True when it was started."""
+        ctx = self.ctx
+        if repeat is None:
+            return False
+        req = ctx.native_request
+        ctx.native_last = (plan, x, out)
+        if not repeat:
+            if req:
+                req.Free()  # inactive: its last start completed
+                ctx.native_request = None
+            return False
+        if req is None:  # every rank initialises its own now: the same call on every rank
+            req = ctx.native_request = self.native.persistent(self.collective, x, res, self.op, self.root)
+            if req is None:  # this MPI has none (on every rank): no flag is set again
+                ctx.native_request = False
+                return False
+        req.Start()
+        self.req, self.req_done = req, req.Test
+        return True
+
+    def launch(self, plan, x: np.ndarray, out, seq: int, agreement=None):
+        """Post the call; returns the array the call will return (None off a reduce's root). `agreement`: the
+        call's, complete (its `all_flags` says whether every rank repeats its previous call)."""
         n, op, root, coll = self.native, self.op, self.root, self.collective
         res = plan.output(x, out)  # x is contiguous (plans.Plan.submit); out=x means in place
+        if self._start_persistent(plan, x, out, res, getattr(agreement, "all_flags", None)):
+            return res
         if coll == "allreduce":
             self.req = n.allreduce(n.IN_PLACE if res is x else x, res, op)
         elif coll == "reduce":
@@ -154,6 +199,7 @@ class NativeExecutor:
             self.req = n.barrier()
         else:
             raise ValueError(f"the runtime's own {coll} is not available here")
+        self.req_done = self.req.Test  # polled by a blocking call's spin (plans.Plan._run_direct)
         return res
 
     def finish_native(self, plan, res):
@@ -186,7 +232,7 @@ class LocalExecutor:
     def __init__(self, collective: str) -> None:
         self.collective = collective
 
-    def launch(self, plan, x: np.ndarray, out, seq: int):
+    def launch(self, plan, x: np.ndarray, out, seq: int, agreement=None):
         res = plan.output(x, out)
         if res is not None and res is not x and x.size:
             res.reshape(-1)[...] = x.reshape(-1)
@@ -196,6 +242,10 @@ class LocalExecutor:
         if res is not None and self.collective in REDUCING:
             finalize(res, plan.op, 1)
         return res
+
+    @staticmethod
+    def req_done() -> bool:
+        return True
 
     def resume(self, polls: int = 0) -> int:
         return DONE

@@ -89,6 +89,32 @@ class _MpiNative:
     def barrier(self):
         return self.c.Ibarrier()
 
+    def persistent(self, collective: str, send: np.ndarray, recv, op: str, root: int | None):
+        """MPI-4's persistent collective (MPI_Allreduce_init, ...) on these buffers, inactive until Start(); for
+        allreduce, reduce_scatter, allgather, alltoall, broadcast and reduce with data to move (`recv is send`:
+        in place). Collective: every rank initialises its own at the same call (executors.NativeExecutor). None:
+        this MPI has none (the same answer on every rank)."""
+        try:
+            return self._persistent(collective, send, recv, op, root)
+        except NotImplementedError:  # an MPI without MPI-4's persistent collectives (mpi4py's stubs)
+            return None
+
+    def _persistent(self, collective: str, send: np.ndarray, recv, op: str, root: int | None):
+        c, place = self.c, MPI.IN_PLACE if recv is send else send
+        if collective == "allreduce":
+            return c.Allreduce_init(place, recv, self.OPS[op])
+        if collective == "reduce":
+            return c.Reduce_init(place if recv is not None else send, recv, self.OPS[op], root)
+        if collective == "broadcast":
+            return c.Bcast_init(_bytes(send), root)
+        if collective == "reduce_scatter":
+            return c.Reduce_scatter_block_init(send, recv, self.OPS[op])
+        if collective == "allgather":
+            return c.Allgather_init(_bytes(send), _bytes(recv))
+        if collective == "alltoall":
+            return c.Alltoall_init(_bytes(send), _bytes(recv))
+        raise ValueError(f"no persistent {collective}")
+
 
 class _MpiRecv:
     """An MPI receive and the status that says who sent it."""

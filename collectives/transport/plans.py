@@ -39,6 +39,14 @@ _IN_WORK, _IN_SCRATCH, _BROADCAST, _GATHER, _GENERAL = range(5)  # how run() bin
 SPIN_POLLS = 1024
 
 
+def _spin(done) -> bool:
+    """Poll `done()` up to SPIN_POLLS times; True once it returns True."""
+    for _ in range(SPIN_POLLS):
+        if done():
+            return True
+    return False
+
+
 class Plan:
     """One call signature's plan (see the module docstring)."""
 
@@ -100,6 +108,9 @@ class Plan:
         self.size_check_pending = (ctx.check == "off" and not self.executor.folds_agreement and p > 1
                                    and ctx.arena is not None)
         self.full_check = ctx.check == "full" and collective in ("allreduce", "allgather", "broadcast") and p > 1
+        # MPI's own collective may run as a persistent request: its agreement carries each rank's flag
+        self.repeatable = isinstance(self.executor, NativeExecutor) and self.executor.persistable and \
+            self.explicit_agreement and ctx.arena is not None and not wide
         self.finalizing = op == "avg" and collective in REDUCING and self.producing
         self._kind = _GENERAL if self.general else _IN_SCRATCH if self.scratch is not None else \
             _BROADCAST if collective == "broadcast" else _GATHER if collective == "allgather" else _IN_WORK
@@ -114,7 +125,7 @@ class Plan:
         if choice.algorithm == "copy" or self.p == 1 or self.moves_nothing:
             return LocalExecutor(self.collective)
         if choice.algorithm == "native":
-            return NativeExecutor(ctx, self.collective, self.kernel_op, self.root)
+            return NativeExecutor(ctx, self.collective, self.kernel_op, self.root, self.count)
         schedule = self.schedule = self._build_schedule()
         if schedule.notes:  # a fallback inside the schedule (SHARP or NVLS refused) is part of the reason
             self.choice = Choice(choice.algorithm, choice.params, "; ".join([choice.reason, *schedule.notes]))
@@ -317,25 +328,38 @@ class Plan:
         return res
 
     def _run_direct(self, x: np.ndarray, out, timeout: float | None):
-        """A blocking call of MPI's own collective (or a world of one) without a queue entry when it completes
-        within a short spin: the agreement (when checking), the call, the result."""
+        """A blocking call of MPI's own collective (or a world of one) on the caller's thread, without a queue
+        entry when it completes within a short spin: the agreement (when checking), the call, the result. A call
+        still waiting after the spin joins the queue's bounded wait where it stands (agreeing or running), with
+        the full timeout report."""
         ctx = self.ctx
         seq = ctx.seq = ctx.seq + 1
         self.calls += 1
-        launch = Launch(self, seq, x, out, None, started=False)
+        if self.full_check or ctx.host.oversubscribed:  # a result check to post, or no spinning on a shared core
+            launch = Launch(self, seq, x, out, None, started=False)
+            ctx.queue.submit(launch, False, timeout)
+            return launch.result
+        ex = self.executor
+        launch = None
         try:
-            for _ in range(0 if ctx.host.oversubscribed else SPIN_POLLS):
-                if launch.advance():
-                    return launch.result
+            agreement = self.agreement(seq, x, out)
+            if agreement is not None and not _spin(agreement.test):
+                launch = Launch(self, seq, x, out, None, started=False)
+                launch._agreement = agreement  # its test() goes on in the queue (a mismatch report included)
+            else:
+                res = ex.launch(self, x, out, seq, agreement)
+                if _spin(ex.req_done):
+                    return ex.finish_native(self, res)
+                launch = Launch(self, seq, x, out, res, started=True)
         except CallMismatchError as exc:
             ctx.note_mismatch(exc)
             raise
         except ctx.runtime.failure as exc:
-            raise ctx.queue.peer_failed(launch, exc) from exc
+            raise ctx.queue.peer_failed(launch or Launch(self, seq, x, out, None, started=False), exc) from exc
         except Exception as exc:  # a local error once issued: the communicator cannot go on (progress.py)
             ctx.fail(exc)
             raise
-        ctx.queue.submit(launch, False, timeout)  # the bounded wait, with the full timeout report
+        ctx.queue.submit(launch, False, timeout)
         return launch.result
 
     def submit(self, x, out, async_op: bool, timeout: float | None):
@@ -350,17 +374,22 @@ class Plan:
         launch = Launch(self, seq, x, out, None, started=False)
         return ctx.queue.submit(launch, async_op, timeout)
 
-    def agreement(self, seq: int):
-        """The explicit agreement of call `seq`, posted now (None when the executor folds it, or with check=off
-        after the signature's first call)."""
+    def agreement(self, seq: int, x=None, out=None):
+        """The explicit agreement of call `seq` on buffers x and out, posted now (None when the executor folds it,
+        or with check=off after the signature's first call)."""
         if not self.explicit_agreement:
-            if not self.size_check_pending:
+            # the first call of the signature on this communicator, not of this plan: a rank may hold two plans of
+            # one signature (in place here, a separate output there) where its peers hold one
+            checked = self.ctx.size_checked
+            if not self.size_check_pending or self.digest in checked:
                 return None
             self.size_check_pending = False
+            checked.add(self.digest)
             return HostAgreement(self.ctx.runtime, self.ctx.arena, (seq, self.signature), self.digest)
         ctx = self.ctx
         if ctx.arena is not None:
-            return HostAgreement(ctx.runtime, ctx.arena, (seq, self.signature), self.digest)
+            flag = self.executor.same_as_last(self, x, out) if self.repeatable else None
+            return HostAgreement(ctx.runtime, ctx.arena, (seq, self.signature), self.digest, flag)
         return Agreement(ctx.runtime, CallMeta.of(seq, self.signature), self.rank)
 
 
@@ -408,7 +437,7 @@ class Launch:
             return self._report.test()  # raises the mismatch once every rank's record is in
         if self._state == "agree":
             if self._agreement is None:
-                self._agreement = plan.agreement(self.seq)
+                self._agreement = plan.agreement(self.seq, self.x, self.out)
             if self._agreement is not None and not self._agreement.test():
                 return False
             self._start(polls)
@@ -437,7 +466,7 @@ class Launch:
             x, out = x.astype(np.float32), None
         ex = plan.executor
         if isinstance(ex, (LocalExecutor, NativeExecutor)):
-            self.res = ex.launch(plan, x, out, self.seq)
+            self.res = ex.launch(plan, x, out, self.seq, self._agreement)
             return
         res = self.res = plan.output(x, out) if not plan.wide else \
             (np.empty(plan.out_shape, np.float32) if plan.producing else None)

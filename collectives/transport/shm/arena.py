@@ -27,7 +27,7 @@ except ImportError:  # no C extension: numpy stores and loads (fenced where the 
     ffi = lib = None
 
 # csrc/plan.h: enum coll_ctrl_word
-DONE, SIG_SEQ, SIG_HASH, POISON, READ, CTRL_WORDS = 0, 1, 2, 5, 8, 16
+DONE, SIG_SEQ, SIG_HASH, POISON, FLAG, READ, CTRL_WORDS = 0, 1, 2, 5, 6, 8, 16
 MATCH, NOT_STARTED, MISMATCH, POISONED = 1, 0, -1, -2
 
 
@@ -124,8 +124,11 @@ class Arena:
         if not read_only:
             mine[DONE] = value
 
-    def sign(self, seq: int, signature: int) -> None:
-        """Write this rank's signature slot for call `seq`."""
+    def sign(self, seq: int, signature: int, flag: int | None = None) -> None:
+        """Write this rank's signature slot for call `seq`, and first its flag word of the slot's parity (a bit
+        every rank reads once the agreement is complete, HostAgreement's `flag`) when given."""
+        if flag is not None:
+            self.ctrl[self.rank][FLAG + (seq & 1)] = 2 * seq + flag  # published by the slot's release store
         if lib is not None:
             lib.coll_ctrl_sign(self._c_ctrl_ptr(self.rank), seq, signature)
             return
@@ -141,6 +144,11 @@ class Arena:
             return
         self.fence()
         self.ctrl[self.rank][POISON] = seq
+
+    def flag(self, q: int, seq: int) -> int:
+        """Rank q's flag bit for call `seq` (0 when its flag word holds another call's: it set none)."""
+        word = int(self.ctrl[q][FLAG + (seq & 1)])
+        return word & 1 if word >> 1 == seq else 0
 
     def compare(self, q: int, seq: int, signature: int) -> int:
         """MATCH, NOT_STARTED, MISMATCH or POISONED: rank q's view of call `seq` (coll_ctrl_compare)."""

@@ -315,6 +315,39 @@ if p > 1 and args.check == "off" and comm.shared_memory:
         fail(f"after the check=off mismatch: {y}")
     cases += 2
 
+# MPI's own collective repeated on the same buffers runs as a persistent request once every rank repeats its
+# call (executors.NativeExecutor): new values in the same buffers each time, bitwise MPI's blocking results; the
+# last rank changes its output array on some calls (the ranks' answer is then no, on every rank), its plan differs
+# from the others' on others (in place against a separate output, one signature), and other calls come between
+if p > 1 and mpi is not None:
+    for collective in COLLECTIVES:
+        dtype = np.dtype(np.int32)
+        op = "max" if collective in ("allreduce", "reduce_scatter", "reduce") else "sum"
+        n = 6 * p
+        x, spare = np.zeros(n, dtype), None
+        out_size = {"reduce_scatter": n // p, "allgather": n * p}.get(collective, n)
+        out, spare = np.zeros(out_size, dtype), np.zeros(out_size, dtype)
+        for step in range(8):
+            x[...] = (np.arange(n) * (step + 3) + 7 * rank) % 1000
+            keep = x.copy()
+            ref = reference(collective, keep.copy(), op, 1 % p, 0)
+            inplace = step in (4, 5) and rank == 0 and collective in ("allreduce", "reduce")
+            target = spare if (step == 2 and rank == p - 1) else out
+            try:
+                got = call(collective, x, x if inplace else target, op, 1 % p, "native")
+            except Exception as exc:  # noqa: BLE001
+                fail(f"repeated native {collective} step {step}: {type(exc).__name__}: {exc}")
+                break
+            cases += 1
+            if step == 6:  # another call between two repeats
+                comm.allreduce(np.ones(3, np.float32))
+            if collective == "reduce" and rank != 1 % p:
+                continue
+            if got.reshape(-1).tobytes() != ref.reshape(-1).tobytes():
+                fail(f"repeated native {collective} step {step}: {got.reshape(-1)[:6]} != MPI's {ref.reshape(-1)[:6]}")
+    if args.check != "off" and comm.shared_memory and comm._ctx.native_request is None:
+        fail("repeated calls of MPI's own collective never ran as a persistent request")
+
 # two communicators: a rank blocked on B still advances its asynchronous call on A, which its peers wait for
 if p > 1:
     other = init(comm.mpi_comm if mpi is not None else comm.runtime.duplicate(), check=args.check, timeout=60)

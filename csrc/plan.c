@@ -63,6 +63,32 @@ int coll_ctrl_compare(const int64_t *ctrl_q, int64_t seq, int64_t signature)
     return load(&ctrl_q[COLL_CTRL_SIG_HASH + slot]) == signature ? 1 : -1;
 }
 
+void coll_ctrl_sign_flag(int64_t *ctrl, int64_t seq, int64_t signature, int64_t flag)
+{
+    /* before the slot's release store: a peer that sees this call's number sees the flag */
+    __atomic_store_n(&ctrl[COLL_CTRL_FLAG + (int)(seq & 1)], 2 * seq + (flag ? 1 : 0), __ATOMIC_RELAXED);
+    coll_ctrl_sign(ctrl, seq, signature);
+}
+
+int coll_ctrl_agree(int64_t *const *ctrl, int nranks, int me, int64_t seq, int64_t signature, int64_t *out)
+{
+    int64_t flags = 1;
+    for (int q = 0; q < nranks; q++) {
+        if (q == me)
+            continue;
+        const int state = coll_ctrl_compare(ctrl[q], seq, signature);
+        if (state != 1) {
+            *out = q;
+            return state == 0 ? 0 : -1;
+        }
+        /* a peer cannot overwrite this word (by signing seq + 2) before this rank has signed seq + 1 */
+        const int64_t word = load(&ctrl[q][COLL_CTRL_FLAG + (int)(seq & 1)]);
+        flags &= (word >> 1) == seq ? (word & 1) : 0;
+    }
+    *out = flags;
+    return 1;
+}
+
 /* -1 when rank q shows a mismatch of this call (a -1 or -2 from coll_ctrl_compare), else 0; marks q checked
  * once it has started the call with the same signature. */
 static int check_peer(struct coll_plan_call *call, int q)

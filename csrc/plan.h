@@ -90,6 +90,13 @@ void coll_ctrl_poison(int64_t *ctrl, int64_t seq);
 /* 1: rank q started call `seq` with this signature, or signed a later call (it finished this one); 0: not yet;
  * -1: another signature; -2: q reported a mismatch of this call (its poison word). */
 int coll_ctrl_compare(const int64_t *ctrl_q, int64_t seq, int64_t signature);
+/* This rank's flag word for call `seq` (2 x seq + flag), then its signature slot. */
+void coll_ctrl_sign_flag(int64_t *ctrl, int64_t seq, int64_t signature, int64_t flag);
+/* The agreement of call `seq` for a call the plan runner does not execute, every peer at once: 1 when every
+ * peer has started it with this signature (or finished it), *out = 1 when every peer's flag word for this call
+ * has its bit set, else 0; 0 while a peer has not started it (*out = that peer); -1 when a peer shows another
+ * signature or a poison word for this call (*out = that peer). */
+int coll_ctrl_agree(int64_t *const *ctrl, int nranks, int me, int64_t seq, int64_t signature, int64_t *out);
 /* CDEF-END */
 
 #endif

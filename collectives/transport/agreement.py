@@ -30,7 +30,7 @@ import numpy as np
 from .. import environment
 from ..errors import CallMismatchError, CollectivesError
 from .calls import Signature
-from .shm.arena import DONE, MATCH, NOT_STARTED
+from .shm.arena import DONE, NOT_STARTED
 
 MODES = ("metadata", "full", "off")
 FIELDS = ("call", "collective", "count", "dtype", "op", "root", "algorithm", "chosen", "accumulate", "deterministic")
@@ -134,7 +134,6 @@ class HostAgreement:
         set (the same answer on every rank: executors.NativeExecutor decides with it what every rank does)."""
         self.runtime, self.arena, self._meta, self.signature = runtime, arena, meta, signature
         self.seq = meta.call if isinstance(meta, CallMeta) else meta[0]
-        self._pending = [q for q in range(arena.size) if q != arena.rank]
         self._report: MismatchReport | None = None
         self._flag = flag
         self.all_flags: bool | None = None  # None: no flag was asked for (or the agreement is not complete)
@@ -148,29 +147,21 @@ class HostAgreement:
 
     @property
     def waiting(self) -> tuple[int, ...]:
-        return tuple(self._pending)
+        """The peers that have not started this call (for a timeout report)."""
+        a = self.arena
+        return tuple(q for q in range(a.size) if q != a.rank and a.compare(q, self.seq, self.signature) == NOT_STARTED)
 
     def test(self) -> bool:
         if self._report is not None:
             return self._report.test()
-        seq, a = self.seq, self.arena
-        still = []
-        for q in self._pending:
-            state = a.compare(q, seq, self.signature)
-            if state == MATCH:
-                continue
-            if state == NOT_STARTED:
-                still.append(q)
-                continue
-            a.poison(seq)
-            return self.mismatch()
-        self._pending = still
-        if still:
+        state, out = self.arena.agree(self.seq, self.signature)
+        if state == 0:
             return False
+        if state < 0:
+            self.arena.poison(self.seq)
+            return self.mismatch()
         if self._flag is not None:
-            # every peer signed this call, after writing its flag word (a peer cannot sign call seq + 2, which
-            # would overwrite it, before this rank has signed seq + 1)
-            self.all_flags = bool(self._flag) and all(a.flag(q, seq) for q in range(a.size) if q != a.rank)
+            self.all_flags = bool(self._flag and out)
         return True
 
     def mismatch(self) -> bool:

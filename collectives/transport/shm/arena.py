@@ -55,6 +55,7 @@ class Arena:
         self._typed: dict = {}
         self._c_ctrl = None
         self._c_windows = None
+        self._agree_out = None  # coll_ctrl_agree's answer (one int64, reused: a rank tests one agreement at a time)
         self.sync()
 
     # -- data windows -------------------------------------------------------------------------------------
@@ -128,6 +129,9 @@ class Arena:
         """Write this rank's signature slot for call `seq`, and first its flag word of the slot's parity (a bit
         every rank reads once the agreement is complete, HostAgreement's `flag`) when given."""
         if flag is not None:
+            if lib is not None:
+                lib.coll_ctrl_sign_flag(self._c_ctrl_ptr(self.rank), seq, signature, flag)
+                return
             self.ctrl[self.rank][FLAG + (seq & 1)] = 2 * seq + flag  # published by the slot's release store
         if lib is not None:
             lib.coll_ctrl_sign(self._c_ctrl_ptr(self.rank), seq, signature)
@@ -144,6 +148,25 @@ class Arena:
             return
         self.fence()
         self.ctrl[self.rank][POISON] = seq
+
+    def agree(self, seq: int, signature: int) -> tuple[int, int]:
+        """Every peer's view of call `seq` at once (coll_ctrl_agree): (1, AND of the peers' flag bits) when all
+        started it with this signature, (0, a peer not started yet), (-1, a peer that differs or poisoned it)."""
+        if lib is not None:
+            out = self._agree_out
+            if out is None:
+                out = self._agree_out = ffi.new("int64_t *")
+            rc = lib.coll_ctrl_agree(self.c_ctrl(), self.size, self.rank, seq, signature, out)
+            return rc, int(out[0])
+        flags = 1
+        for q in range(self.size):
+            if q == self.rank:
+                continue
+            state = self.compare(q, seq, signature)
+            if state != MATCH:
+                return (0 if state == NOT_STARTED else -1), q
+            flags &= self.flag(q, seq)
+        return 1, flags
 
     def flag(self, q: int, seq: int) -> int:
         """Rank q's flag bit for call `seq` (0 when its flag word holds another call's: it set none)."""

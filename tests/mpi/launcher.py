@@ -228,6 +228,16 @@ def run(n: int, argv: Sequence[str], *groups: tuple[int, Sequence[str]], timeout
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 15, env=full_env, cwd=cwd)
 
 
+def run_source(n: int, source: str, *args: str, directory, timeout: float = 60,
+               env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Write `source` to `directory`/prog.py, run it on n ranks with `args` and require exit status 0 (the
+    assertion shows the output's tails)."""
+    (directory / "prog.py").write_text(source)
+    proc = run(n, [sys.executable, "prog.py", *args], timeout=timeout, cwd=directory, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc
+
+
 _PRTE_ENDED = re.compile(r"exited\s+(with\s+non-zero\s+status|on\s+signal)|exiting\s+improperly")
 
 

@@ -4,8 +4,6 @@ whose peers ran ahead of it through calls that sign nothing still finishes its c
 
 from __future__ import annotations
 
-import sys
-
 import launcher
 import pytest
 
@@ -30,10 +28,7 @@ assert (y == comm.size).all()
 
 @pytest.mark.parametrize("algorithm", ["native", "one_shot"])
 def test_a_count_mismatch_raises_with_checks_off(tmp_path, algorithm):
-    (tmp_path / "prog.py").write_text(PROGRAM)
-    proc = launcher.run(2, [sys.executable, "prog.py", algorithm], timeout=60, cwd=tmp_path,
-                        env={"COLLECTIVES_TIMEOUT": "20"})
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    proc = launcher.run_source(2, PROGRAM, algorithm, directory=tmp_path, env={"COLLECTIVES_TIMEOUT": "20"})
     out = proc.stdout  # the ranks' lines may interleave
     assert "rank 0: mismatch" in out and "rank 1: mismatch" in out and "no error" not in out, out
 
@@ -64,8 +59,6 @@ def test_a_rank_whose_peers_ran_ahead_finishes_its_call(tmp_path, c_runner):
     without waiting for that check, ran #3 (which signs nothing with check="off") and signed #4 in the same slot
     as #2. A peer that signed a later call has finished this one (csrc/plan.c, coll_ctrl_compare): before that
     rule the last rank waited for a signature of #2 that was gone, until its timeout."""
-    (tmp_path / "prog.py").write_text(RUN_AHEAD)
-    proc = launcher.run(3, [sys.executable, "prog.py"], timeout=60, cwd=tmp_path,
-                        env={"COLLECTIVES_TIMEOUT": "15", "COLLECTIVES_SHM_C": c_runner})
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    proc = launcher.run_source(3, RUN_AHEAD, directory=tmp_path,
+                               env={"COLLECTIVES_TIMEOUT": "15", "COLLECTIVES_SHM_C": c_runner})
     assert all(f"rank {r}: ok" in proc.stdout for r in range(3)), proc.stdout

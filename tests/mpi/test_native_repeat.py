@@ -4,8 +4,6 @@ decided by every rank alike from the flags their host agreement carries; also wi
 
 from __future__ import annotations
 
-import sys
-
 import launcher
 import pytest
 
@@ -43,10 +41,7 @@ print(f"rank {r}: {' '.join(kinds)}", flush=True)
 
 @pytest.mark.parametrize("arena", ["c", "python"])
 def test_repeated_native_calls_run_a_persistent_request(tmp_path, arena):
-    (tmp_path / "prog.py").write_text(PROGRAM)
-    proc = launcher.run(3, [sys.executable, "prog.py", arena], timeout=60, cwd=tmp_path,
-                        env={"COLLECTIVES_TIMEOUT": "20"})
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    proc = launcher.run_source(3, PROGRAM, arena, directory=tmp_path, env={"COLLECTIVES_TIMEOUT": "20"})
     # the first call has nothing to repeat; the second initialises the request, the later ones start it
     for r in range(3):
         assert f"rank {r}: NoneType Prequest Prequest Prequest Prequest" in proc.stdout, proc.stdout

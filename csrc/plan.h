@@ -14,7 +14,7 @@
  *   PUBLISH    off              read[me] = done[me] = base + off (release)
  *   SET_READ   off              read[me] = base + off (release)
  *   CHECK_ALL                   every peer not yet checked in this call has started it with this signature
- * `buffers[b]` is the base address of buffer b (the transport numbers them: work, input, peers' windows).
+ * `buffers[b]` is the base address of buffer b (the transport numbers them: work, input, output, peers' windows).
  *
  * Control block of rank q (COLL_CTRL_WORDS int64 in shared memory, `ctrl[q]`): its `done` counter, two
  * signature slots (call number, signature hash; slot = call number & 1), a poison word and two flag words (one
@@ -49,7 +49,7 @@ enum coll_plan_status {
     COLL_PLAN_NO_MEMORY = -3, COLL_PLAN_MISMATCH = -4
 };
 
-/* One call of a program: set up once per runner, then per call only the WORK and SOURCE buffers, the call
+/* One call of a program: set up once per runner, then per call only the WORK, SOURCE and OUT buffers, the call
  * number `seq` (and a run with `restart`). */
 struct coll_plan_call {
     const int64_t *code;

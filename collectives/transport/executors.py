@@ -6,7 +6,8 @@
 * `NativeExecutor`: MPI's own collective (nonblocking), for what MPI does best;
 * `LocalExecutor`: a world of one (the output is the input).
 
-Schedule executors take `start(work, source, seq)` (the node's state and the lazy input, plans.Plan.bind);
+Schedule executors take `start(work, source, seq)` (the node's state and the lazy input, plans.Plan.bind;
+the plan runner also the output it copies its result into, `out`);
 the other two `launch(plan, x, out, seq)` and `finish_native(plan, res)`. All then answer `resume()` with DONE,
 WAITING or MISMATCH, `events` (progress, for the waiter), `where()` (round, op, awaited peers, last completed
 round: for a timeout report) and `cancel()`.
@@ -34,8 +35,10 @@ class ShmExecutor:
         # mismatch (reading or writing past a peer's range): the size of the call (plans.Plan.size_digest)
         self.inner = _shm.ShmExecutor(ctx.arena, schedule, dtype, kernel_op, digest, True, ctx.host.oversubscribed)
         self.need = self.inner.need
-        self.start = self.inner.start  # (work, source, seq) -> status: the hot path, without a Python layer
+        # (work, source, seq, polls, out) -> status: the hot path, without a Python layer
+        self.start = self.inner.start
         self.resume = self.inner.resume
+        self.place_io = self.inner.place_io
 
     @staticmethod
     def serves(schedule, arena) -> bool:
@@ -73,7 +76,8 @@ class MessageExecutor:
                       ctx.topology if schedule.topology is not None else None, p)
         self.run: Execution | None = None
 
-    def start(self, work: np.ndarray, source: np.ndarray | None, seq: int, polls: int = 0) -> int:
+    def start(self, work: np.ndarray, source: np.ndarray | None, seq: int, polls: int = 0, out=None) -> int:
+        """(`out` is for a plan runner's output range, which this executor never has: plans.Plan.io.)"""
         ctx, plan = self.ctx, self.plan
         if source is not None:
             work[...] = source

@@ -107,6 +107,10 @@ class Plan:
         self.finalizing = op == "avg" and collective in REDUCING and self.producing
         self._kind = _GENERAL if self.general else _IN_SCRATCH if self.scratch is not None else \
             _BROADCAST if collective == "broadcast" else _GATHER if collective == "allgather" else _IN_WORK
+        # the plan runner reads the input where it lies and copies its result into the caller's output itself,
+        # so binding a call copies nothing in Python (an allgather's own block, alltoall's regions, the block of
+        # a reduce_scatter): `io`
+        self.io = self.inline and self._place_io()
         # the buffers of the last call through run(), accepted by the quick check (held: a caller's array stays
         # alive until the next call of this signature, or until the plan is dropped)
         self._x = self._out = None
@@ -135,6 +139,23 @@ class Plan:
                 self._grow(executor.need, timeout)
             return executor
         return MessageExecutor(ctx, schedule, self.work_dtype, self.kernel_op, self.choice, self.root, self.params)
+
+    def _place_io(self) -> bool:
+        """Tell the plan runner where this rank's input lies in its node state and which part of that state is
+        its output (ShmExecutor.place_io); False where the binding keeps copying (nothing to place, or a schedule
+        that reads outside its input before writing it)."""
+        kind, r, ex = self._kind, self.rank, self.executor
+        if kind == _GATHER:
+            n = self.count
+            return ex.place_io((r * n, (r + 1) * n), None)
+        if kind == _IN_SCRATCH and self.producing:  # reduce_scatter: this rank's block of the reduced vector
+            k = self.count // self.p
+            return ex.place_io(None, (r * k, (r + 1) * k))
+        if kind == _GENERAL:
+            src = self.schedule.input_range(r)
+            dst = self.schedule.output_range(r) if self.producing else None
+            return src is not None and ex.place_io(tuple(src), None if dst is None else tuple(dst))
+        return False
 
     @property
     def params(self) -> dict:
@@ -216,13 +237,15 @@ class Plan:
         flat = x.reshape(-1)
         c = self.collective
         if self.general:
-            return self.place(flat), None
+            return (self.scratch, flat) if self.io else (self.place(flat), None)
         if self.scratch is not None:  # reduce_scatter; reduce off the root
             return self.scratch, flat
         if c == "broadcast":
             return flat, None
         work = res.reshape(-1)
         if c == "allgather":
+            if self.io:
+                return work, flat
             n = x.size
             work[self.rank * n:(self.rank + 1) * n] = flat
             return work, None
@@ -242,7 +265,9 @@ class Plan:
             res.reshape(-1)[...] = self.scratch[rng[0]:rng[1]]
 
     def finish(self, res):
-        if self.general:
+        if self.io:  # the plan runner wrote the output
+            pass
+        elif self.general:
             self.take(res)
         elif self.collective == "reduce_scatter":
             k = self.count // self.p
@@ -281,7 +306,7 @@ class Plan:
         kind = self._kind
         if kind == _GENERAL:  # alltoall; a schedule with its own layout
             res = (out if out is not None else np.empty(self.out_shape, self.dtype)) if self.producing else None
-            return res, self.place(x.reshape(-1)), None
+            return (res, self.scratch, x) if self.io else (res, self.place(x.reshape(-1)), None)
         if kind == _IN_WORK:  # allreduce; reduce on the root
             res = out if out is not None else np.empty(self.out_shape, self.dtype)
             return res, res, (None if res is x else x)
@@ -290,15 +315,18 @@ class Plan:
             return res, self.scratch, x
         if kind == _BROADCAST:
             return x, x, None
-        # allgather: this rank's block in place first
+        # allgather: this rank's block read where it lies, or copied in place first
         res = out if out is not None else np.empty(self.out_shape, self.dtype)
+        if self.io:
+            return res, res, x
         n = self.count
         res.reshape(-1)[self.rank * n:(self.rank + 1) * n] = x.reshape(-1)
         return res, res, None
 
     def fixed_binding(self, out) -> bool:
         """bind_inline(x, out) returns the same buffers call after call and copies nothing."""
-        return self._kind == _BROADCAST or (self._kind == _IN_WORK and out is not None)
+        return self._kind == _BROADCAST or (self._kind == _IN_WORK and out is not None) or \
+            (self.io and (out is not None or not self.producing))
 
     def start_inline(self, x: np.ndarray, out, res, work, source, timeout: float | None):
         """Start the bound call (bind_inline's buffers) and finish it, or hand it to the queue's bounded wait
@@ -306,12 +334,14 @@ class Plan:
         ctx = self.ctx
         seq = ctx.seq = ctx.seq + 1
         self.calls += 1
-        if self.executor.start(work, source, seq) != DONE:  # a late peer or a mismatch: the bounded wait
-            launch = Launch(self, seq, x, out, res, started=True)
+        if self.executor.start(work, source, seq, POLLS, res if self.io else None) != DONE:
+            launch = Launch(self, seq, x, out, res, started=True)  # a late peer or a mismatch: the bounded wait
             ctx.queue.submit(launch, False, timeout)
             return launch.result
         kind = self._kind
-        if kind == _GENERAL:
+        if self.io:
+            pass
+        elif kind == _GENERAL:
             self.take(res)
         elif kind == _IN_SCRATCH and res is not None:
             k = self.count // self.p
@@ -475,7 +505,7 @@ class Launch:
         if plan.wide and plan.collective == "broadcast":
             res = self.res = x
         work, source = plan.bind(x, res)
-        if ex.start(work, source, self.seq, polls) == MISMATCH:
+        if ex.start(work, source, self.seq, polls, res if plan.io else None) == MISMATCH:
             self._mismatch()
 
     def _finish(self):

@@ -159,6 +159,28 @@ def test_the_lowering_checks_every_peer_and_reads_a_peer_at_its_end_of_the_messa
     assert [6 * 4, 2 * 4, 2 * 4] in [[c[2], c[4], c[5]] for c in copies]
 
 
+def test_the_lowering_reads_the_input_where_it_lies_and_writes_the_output_last():
+    """An alltoall's input region read from the caller's input (SOURCE offsets shifted to its start) and its
+    output region copied into the caller's output after the agreement: the binding copies nothing."""
+    s = algorithms.build("pairwise", collective="alltoall", world_size=3, count=6)
+    splan = ShmPlan.build(s, 1)
+    src, dst = s.input_range(1), s.output_range(1)
+    words = program.compile_plan(splan, 4, True, tuple(src), tuple(dst)).code.tolist()
+    assert words[-8:] == [program.CHECK_ALL, program.COPY, program.OUT, 0, program.WORK, dst[0] * 4,
+                          (dst[1] - dst[0]) * 4, program.END]
+    reads = [(words[i + 4], words[i + 5]) for i in range(len(words) - 5)
+             if words[i] == program.COPY and words[i + 3] == program.SOURCE]
+    assert reads and all(0 <= off and off + n <= (src[1] - src[0]) * 4 for off, n in reads)
+    # an input range that leaves out what the schedule reads before writing it cannot be placed
+    with pytest.raises(program.UnplacedInput, match="outside"):
+        program.compile_plan(splan, 4, True, (src[0] + 2, src[1]), tuple(dst))
+    # an allgather's own block: the ring sends it first and keeps it, both read at offset 0 of the input
+    g = algorithms.build("ring", collective="allgather", world_size=3, count=6)
+    code = program.compile_plan(ShmPlan.build(g, 2), 4, True, (12, 18), None).code.tolist()
+    assert [code[i + 4] for i in range(len(code) - 5) if code[i] == program.COPY and
+            code[i + 3] == program.SOURCE] == [0, 0]
+
+
 def test_one_rank_without_a_launcher_says_so_once(monkeypatch, capsys):
     from collectives.transport import host
 

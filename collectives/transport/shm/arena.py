@@ -93,11 +93,12 @@ class Arena:
         return self._c_ctrl[0]
 
     def c_buffers(self):
-        """A new `char *[]` for a runner: work and source (set per call), then every rank's data window."""
+        """A new `char *[]` for a runner: work, source and output (set per call), then every rank's data
+        window (program.py numbers them)."""
         if self._c_windows is None:
             keep = [ffi.from_buffer(v) for v in self.views]
             self._c_windows = ([ffi.cast("char *", k) for k in keep], keep)
-        return ffi.new("char *[]", [ffi.NULL, ffi.NULL, *self._c_windows[0]])
+        return ffi.new("char *[]", [ffi.NULL, ffi.NULL, ffi.NULL, *self._c_windows[0]])
 
     # -- counters and the call agreement, from Python ------------------------------------------------------
     def fence(self) -> None:

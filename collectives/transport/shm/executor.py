@@ -36,8 +36,8 @@ def eligible(schedule: Schedule, arena: Arena | None) -> bool:
 
 class ShmExecutor:
     """One call signature's program over the arena: `start(work, source, seq)` begins a call (the C runner or
-    the interpreter, compiled once per input mode: `source` given = lazy input read where it lies) and runs it
-    as far as it goes; `resume()` continues. Statuses as program.Runner's."""
+    the interpreter, compiled once per input mode: `source` given = lazy input read where it lies; `out`, with
+    place_io's output range) and runs it as far as it goes; `resume()` continues. Statuses as program.Runner's."""
 
     folds_agreement = True  # the call agreement rides on the program's waits (csrc/plan.h)
 
@@ -55,6 +55,21 @@ class ShmExecutor:
         self._programs: dict[bool, _program.Program] = {}
         self._engines: dict[bool, _program.Runner | _program.Interpreter] = {}
         self.engine: _program.Runner | _program.Interpreter | None = None  # the call in flight
+        # where a lazy input lies in the node's state and which part of it is the caller's output (place_io)
+        self.source_range: tuple[int, int] | None = None
+        self.out_range: tuple[int, int] | None = None
+
+    def place_io(self, source_range: tuple[int, int] | None, out_range: tuple[int, int] | None) -> bool:
+        """Let the programs read the input where it lies, as elements `source_range` of the node's state, and
+        write elements `out_range` of it to the caller's output (`start(..., out=)`), so a call's binding copies
+        nothing. False (and nothing changed) where the schedule reads outside its input before writing it."""
+        try:
+            program = _program.compile_plan(self.splan, self.dtype.itemsize, True, source_range, out_range)
+        except _program.UnplacedInput:
+            return False
+        self.source_range, self.out_range = source_range, out_range
+        self._programs, self._engines = {True: program}, {}
+        return True
 
     @property
     def native(self) -> bool:
@@ -66,7 +81,8 @@ class ShmExecutor:
         if engine is None or engine.generation != self.arena.generation:
             program = self._programs.get(lazy)
             if program is None:
-                program = self._programs[lazy] = _program.compile_plan(self.splan, self.dtype.itemsize, lazy)
+                program = self._programs[lazy] = _program.compile_plan(
+                    self.splan, self.dtype.itemsize, lazy, self.source_range if lazy else None, self.out_range)
             if self.kernel is not None:
                 engine = _program.Runner(program, self.arena, self.kernel, self.signature, self.check)
             else:
@@ -74,9 +90,10 @@ class ShmExecutor:
             self._engines[lazy] = engine
         return engine
 
-    def start(self, work: np.ndarray, source: np.ndarray | None, seq: int, polls: int = POLLS) -> int:
+    def start(self, work: np.ndarray, source: np.ndarray | None, seq: int, polls: int = POLLS,
+              out: np.ndarray | None = None) -> int:
         engine = self.engine = self._engine(source is not None)
-        return engine.start(work, source, seq, polls, self.yield_cpu)
+        return engine.start(work, source, seq, polls, self.yield_cpu, out)
 
     def resume(self, polls: int = POLLS) -> int:
         """Continue the call; `polls` = 0: return at the first wait that has not passed (Work.test())."""

@@ -12,7 +12,10 @@ Two executors of the same words, with the same counters, so calls run by either 
   extension, for dtypes or thread splits the C kernels do not serve, and with COLLECTIVES_SHM_C=0).
 
 Buffers are numbered: WORK (the node's state, usually the caller's output), SOURCE (the caller's input while
-the node's value still lives there: lazy input), then WINDOW + q for rank q's shared window.
+the node's value still lives there: lazy input; it may hold only a part of the node's state, e.g. an allgather's
+own block), OUT (the caller's output where the result is a part of WORK: copied there at the end), then
+WINDOW + q for rank q's shared window. Offsets in WORK, OUT and the windows are the schedule's; in SOURCE they
+are shifted by where the input starts, so the binding of a call copies nothing in Python.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ try:
 except ImportError:  # no C extension: the interpreter runs every program
     ffi = lib = None
 
-WORK, SOURCE, WINDOW = 0, 1, 2
+WORK, SOURCE, OUT, WINDOW = 0, 1, 2, 3
 END, WAIT_DONE, WAIT_READ, COPY, REDUCE, PUBLISH, SET_READ, CHECK_ALL = range(8)
 DONE, WAITING, MISMATCH = 0, 1, -4  # csrc/plan.h: enum coll_plan_status
 NAP_NS = 20_000  # asked for; Linux adds up to its 50 us default timer slack, so a nap lasts ~20-70 us
@@ -73,27 +76,35 @@ class Program:
         return self.rounds[i - 1] if i >= 1 else -1
 
 
-def _copy_words(dst: int, src: int, lo: int, hi: int, itemsize: int) -> tuple[int, ...]:
-    """COPY of elements [lo, hi) from buffer src to the same range of buffer dst (nothing when empty)."""
-    return (COPY, dst, lo * itemsize, src, lo * itemsize, (hi - lo) * itemsize) if hi > lo else ()
+class UnplacedInput(ValueError):
+    """The program would read the node's input outside the range SOURCE holds (the schedule reads a range before
+    writing it that is not its input): the caller places the input in WORK instead."""
 
 
-def _reduce_words(dst: int, lo: int, hi: int, sources: list[tuple[int, int]], itemsize: int) -> list[int]:
-    """REDUCE into elements [lo, hi) of buffer dst of the (buffer, first element) operands, in the order given."""
-    words = [REDUCE, dst, lo * itemsize, hi - lo, len(sources)]
-    for b, first in sources:
-        words.extend((b, first * itemsize))
-    return words
-
-
-def compile_plan(splan, itemsize: int, lazy: bool) -> Program:
+def compile_plan(splan, itemsize: int, lazy: bool, source_range: tuple[int, int] | None = None,
+                 out_range: tuple[int, int] | None = None) -> Program:
     """The program for `splan` (a plan.ShmPlan) with elements of `itemsize` bytes. `lazy`: the node's input is
-    read from SOURCE until written (out-of-place call), else it is already in WORK."""
+    read from SOURCE until written (out-of-place call), else it is already in WORK. `source_range`: the elements
+    [lo, hi) of the node's state that SOURCE holds (its element 0 is element lo; default the whole state);
+    ranges outside it that no round writes keep what WORK held. `out_range`: the elements of WORK copied to OUT
+    once the call is agreed (None: the result is WORK itself). Raises UnplacedInput where a read of the input
+    falls outside `source_range`."""
     words: list[int] = []
     origin = SOURCE if lazy else WORK
+    src_lo, src_hi = source_range if source_range is not None else (0, splan.work_size)
+
+    def at(buf: int, lo: int, hi: int) -> int:
+        """Byte offset of element lo of buffer buf (in the schedule's element numbering)."""
+        if buf != SOURCE:
+            return lo * itemsize
+        if lo < src_lo or hi > src_hi:
+            raise UnplacedInput(f"rank {splan.node} reads input elements [{lo}, {hi}) outside [{src_lo}, {src_hi})")
+        return (lo - src_lo) * itemsize
 
     def copy(dst: int, src: int, lo: int, hi: int) -> None:
-        words.extend(_copy_words(dst, src, lo, hi, itemsize))
+        """COPY of elements [lo, hi) from buffer src to the same range of buffer dst (nothing when empty)."""
+        if hi > lo:
+            words.extend((COPY, dst, at(dst, lo, hi), src, at(src, lo, hi), (hi - lo) * itemsize))
 
     mine = WINDOW + splan.node
     if splan.writes_window:
@@ -126,11 +137,14 @@ def compile_plan(splan, itemsize: int, lazy: bool) -> Program:
                 if b > a:
                     words.extend((COPY, WORK, a * itemsize, WINDOW + o.peer, o.remote * itemsize, (b - a) * itemsize))
                 continue
-            operands = [(o.peer, (WINDOW + o.peer, o.remote)) for o in g]
+            operands = [(o.peer, WINDOW + o.peer, o.remote) for o in g]
             if g[0].kind == OpKind.RECV_REDUCE:
-                operands.append((splan.node, (local, a)))
+                operands.append((splan.node, local, a))
             operands.sort(key=lambda item: item[0])  # stable, as land_receives
-            words.extend(_reduce_words(WORK, a, b, [src for _, src in operands], itemsize))
+            # REDUCE into elements [a, b) of WORK of the (buffer, byte offset) operands, in source-node order
+            words.extend((REDUCE, WORK, a * itemsize, b - a, len(operands)))
+            for _, buf, first in operands:
+                words.extend((buf, at(buf, first, first + b - a)))
         if r.mirror:
             words.extend((SET_READ, 1 + r.k + 1))  # this round's reads are over
             for q, off in r.mirror_waits:
@@ -146,10 +160,15 @@ def compile_plan(splan, itemsize: int, lazy: bool) -> Program:
         words.extend((PUBLISH, r.advance_to))
     round_starts.append(len(words))
     rounds.append(-1)
-    if lazy:
+    if lazy:  # what no round wrote is still the input (outside the input: what WORK held, as in place)
         for lo, hi in splan.never_written:
-            copy(WORK, SOURCE, lo, hi)
-    words.extend((CHECK_ALL, END))
+            copy(WORK, SOURCE, max(lo, src_lo), min(hi, src_hi))
+    words.append(CHECK_ALL)
+    if out_range is not None:  # after the agreement: a mismatched call leaves the caller's output alone
+        lo, hi = out_range
+        if hi > lo:
+            words.extend((COPY, OUT, 0, WORK, lo * itemsize, (hi - lo) * itemsize))
+    words.append(END)
     return Program(np.array(words, dtype=np.int64), round_starts, rounds)
 
 
@@ -160,7 +179,7 @@ class Runner:
     is the peer, `poisoned` whether it only passed the news on). Reused call after call: its C state and pointer
     arrays are built once, so a call costs two pointer stores and one C call."""
 
-    __slots__ = ("program", "call", "buffers", "keep", "generation", "half", "_work", "_source")
+    __slots__ = ("program", "call", "buffers", "keep", "generation", "half", "_work", "_source", "_out")
 
     def __init__(self, program: Program, arena: _arena.Arena, kernel: tuple[int, int, int], signature: int,
                  check: bool) -> None:
@@ -185,11 +204,13 @@ class Runner:
         self.keep = (program, code, checked)  # cffi does not keep what struct fields point to alive
         # the arrays the buffer pointers were last taken from (held, so their memory stays valid): a call on the
         # same arrays as the last one reuses the pointers
-        self._work = self._source = None
+        self._work = self._source = self._out = None
 
-    def start(self, work: np.ndarray, source: np.ndarray | None, seq: int, polls: int, yield_cpu: int) -> int:
-        """Start call `seq` on contiguous `work` (and `source`, the lazy input; any shape) and run it as far as it
-        goes; the counters' base is read in C when the call starts."""
+    def start(self, work: np.ndarray, source: np.ndarray | None, seq: int, polls: int, yield_cpu: int,
+              out: np.ndarray | None = None) -> int:
+        """Start call `seq` on contiguous `work` (and `source`, the lazy input, and `out`, the output a program
+        with an output range writes; any shape) and run it as far as it goes; the counters' base is read in C
+        when the call starts."""
         buffers = self.buffers
         if work is not self._work:
             self._work = work
@@ -198,6 +219,9 @@ class Runner:
             self._source = source
             buffers[1] = ffi.from_buffer(source.view(np.uint16) if self.half else source) \
                 if source is not None else ffi.NULL
+        if out is not self._out:
+            self._out = out
+            buffers[2] = ffi.from_buffer(out.view(np.uint16) if self.half else out) if out is not None else ffi.NULL
         call = self.call
         call.seq = seq
         return self._status(lib.coll_plan_run(call, polls, yield_cpu, 1))
@@ -251,10 +275,12 @@ class Interpreter:
         self.checked: list[bool] = []
         self.buffers: list[np.ndarray] = []
 
-    def start(self, work: np.ndarray, source: np.ndarray | None, seq: int, polls: int, yield_cpu: int) -> int:
+    def start(self, work: np.ndarray, source: np.ndarray | None, seq: int, polls: int, yield_cpu: int,
+              out: np.ndarray | None = None) -> int:
         a = self.arena
-        self.buffers = [work.reshape(-1).view(np.uint8),
-                        (source if source is not None else work).reshape(-1).view(np.uint8), *a.views]
+        flat = work.reshape(-1).view(np.uint8)
+        self.buffers = [flat, (source if source is not None else work).reshape(-1).view(np.uint8),
+                        out.reshape(-1).view(np.uint8) if out is not None else flat, *a.views]
         self.ip, self.seq, self.events, self.waiting, self.poisoned = 0, seq, 0, -1, False
         self.base = a.counter(a.rank, _arena.DONE)
         self.checked = [q == a.rank for q in range(a.size)]
@@ -350,5 +376,5 @@ class Interpreter:
                 raise RuntimeError(f"shared-memory program: bad instruction {int(w)} at word {i}")
 
 
-__all__ = ["DONE", "Interpreter", "MISMATCH", "Program", "Runner", "WAITING", "c_enabled", "c_kernel",
-           "compile_plan"]
+__all__ = ["DONE", "Interpreter", "MISMATCH", "Program", "Runner", "UnplacedInput", "WAITING", "c_enabled",
+           "c_kernel", "compile_plan"]

@@ -145,16 +145,18 @@ class Plan:
         its output (ShmExecutor.place_io); False where the binding keeps copying (nothing to place, or a schedule
         that reads outside its input before writing it)."""
         kind, r, ex = self._kind, self.rank, self.executor
+        # the output range lives in the caller's output throughout, unless that is the input (in place)
+        direct = self.mode != calls.IN_PLACE
         if kind == _GATHER:
             n = self.count
-            return ex.place_io((r * n, (r + 1) * n), None)
-        if kind == _IN_SCRATCH and self.producing:  # reduce_scatter: this rank's block of the reduced vector
+            return ex.place_io((r * n, (r + 1) * n), None, False)
+        if kind == _IN_SCRATCH:  # reduce_scatter: this rank's block of the reduced vector; reduce off the root
             k = self.count // self.p
-            return ex.place_io(None, (r * k, (r + 1) * k))
+            return ex.place_io(None, (r * k, (r + 1) * k) if self.producing else (0, 0), direct)
         if kind == _GENERAL:
             src = self.schedule.input_range(r)
             dst = self.schedule.output_range(r) if self.producing else None
-            return src is not None and ex.place_io(tuple(src), None if dst is None else tuple(dst))
+            return src is not None and ex.place_io(tuple(src), (0, 0) if dst is None else tuple(dst), direct)
         return False
 
     @property

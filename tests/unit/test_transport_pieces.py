@@ -159,26 +159,50 @@ def test_the_lowering_checks_every_peer_and_reads_a_peer_at_its_end_of_the_messa
     assert [6 * 4, 2 * 4, 2 * 4] in [[c[2], c[4], c[5]] for c in copies]
 
 
+def _instructions(code: list[int]) -> list[list[int]]:
+    """A program's words cut into instructions (csrc/plan.h: the operand count of each)."""
+    width = {program.END: 1, program.CHECK_ALL: 1, program.WAIT_DONE: 3, program.WAIT_READ: 3, program.COPY: 6,
+             program.PUBLISH: 2, program.SET_READ: 2}
+    out, i = [], 0
+    while i < len(code):
+        n = 5 + 2 * code[i + 4] if code[i] == program.REDUCE else width[code[i]]
+        out.append(code[i:i + n])
+        i += n
+    return out
+
+
 def test_the_lowering_reads_the_input_where_it_lies_and_writes_the_output_last():
     """An alltoall's input region read from the caller's input (SOURCE offsets shifted to its start) and its
-    output region copied into the caller's output after the agreement: the binding copies nothing."""
+    output region copied into the caller's output after the agreement, or kept there throughout: the binding
+    copies nothing."""
     s = algorithms.build("pairwise", collective="alltoall", world_size=3, count=6)
     splan = ShmPlan.build(s, 1)
     src, dst = s.input_range(1), s.output_range(1)
-    words = program.compile_plan(splan, 4, True, tuple(src), tuple(dst)).code.tolist()
-    assert words[-8:] == [program.CHECK_ALL, program.COPY, program.OUT, 0, program.WORK, dst[0] * 4,
-                          (dst[1] - dst[0]) * 4, program.END]
-    reads = [(words[i + 4], words[i + 5]) for i in range(len(words) - 5)
-             if words[i] == program.COPY and words[i + 3] == program.SOURCE]
-    assert reads and all(0 <= off and off + n <= (src[1] - src[0]) * 4 for off, n in reads)
+    code = _instructions(program.compile_plan(splan, 4, True, tuple(src), tuple(dst)).code.tolist())
+    assert code[-3:] == [[program.CHECK_ALL], [program.COPY, program.OUT, 0, program.WORK, dst[0] * 4,
+                                               (dst[1] - dst[0]) * 4], [program.END]]
+    reads = [c for c in code if c[0] == program.COPY and c[3] == program.SOURCE]
+    assert reads and all(0 <= c[4] and c[4] + c[5] <= (src[1] - src[0]) * 4 for c in reads)
+    # out_direct: the output region is the caller's output throughout, so the receives land there (OUT at the
+    # region's offsets) and nothing is copied at the end; the unobserved input region is not copied back
+    direct = _instructions(program.compile_plan(splan, 4, True, tuple(src), tuple(dst), out_direct=True)
+                           .code.tolist())
+    assert direct[-2:] == [[program.CHECK_ALL], [program.END]]
+    landings = [c[1:3] for c in direct if c[0] == program.COPY and c[3] >= program.WINDOW]
+    assert sorted(landings) == [[program.OUT, 0], [program.OUT, 8], [program.OUT, 16]]
+    assert not any(c[0] == program.COPY and c[1] == program.WORK for c in direct)
     # an input range that leaves out what the schedule reads before writing it cannot be placed
     with pytest.raises(program.UnplacedInput, match="outside"):
         program.compile_plan(splan, 4, True, (src[0] + 2, src[1]), tuple(dst))
     # an allgather's own block: the ring sends it first and keeps it, both read at offset 0 of the input
     g = algorithms.build("ring", collective="allgather", world_size=3, count=6)
-    code = program.compile_plan(ShmPlan.build(g, 2), 4, True, (12, 18), None).code.tolist()
-    assert [code[i + 4] for i in range(len(code) - 5) if code[i] == program.COPY and
-            code[i + 3] == program.SOURCE] == [0, 0]
+    code = _instructions(program.compile_plan(ShmPlan.build(g, 2), 4, True, (12, 18), None).code.tolist())
+    assert [c[4] for c in code if c[0] == program.COPY and c[3] == program.SOURCE] == [0, 0]
+    # a reduce_scatter's block: the last landing (a fused reduce) writes the caller's output at offset 0
+    r = algorithms.build("ring", collective="reduce_scatter", world_size=3, count=6)
+    code = _instructions(program.compile_plan(ShmPlan.build(r, 0), 4, True, None, (0, 2), out_direct=True)
+                         .code.tolist())
+    assert [c[1:3] for c in code if c[0] == program.REDUCE][-1] == [program.OUT, 0]
 
 
 def test_one_rank_without_a_launcher_says_so_once(monkeypatch, capsys):

@@ -58,16 +58,20 @@ class ShmExecutor:
         # where a lazy input lies in the node's state and which part of it is the caller's output (place_io)
         self.source_range: tuple[int, int] | None = None
         self.out_range: tuple[int, int] | None = None
+        self.out_direct = False
 
-    def place_io(self, source_range: tuple[int, int] | None, out_range: tuple[int, int] | None) -> bool:
+    def place_io(self, source_range: tuple[int, int] | None, out_range: tuple[int, int] | None,
+                 out_direct: bool) -> bool:
         """Let the programs read the input where it lies, as elements `source_range` of the node's state, and
-        write elements `out_range` of it to the caller's output (`start(..., out=)`), so a call's binding copies
-        nothing. False (and nothing changed) where the schedule reads outside its input before writing it."""
+        keep elements `out_range` of it in the caller's output (`start(..., out=)`: throughout with
+        `out_direct`, else copied there at the end), so a call's binding copies nothing. False (and nothing
+        changed) where the schedule reads outside its input before writing it."""
         try:
-            program = _program.compile_plan(self.splan, self.dtype.itemsize, True, source_range, out_range)
+            program = _program.compile_plan(self.splan, self.dtype.itemsize, True, source_range, out_range,
+                                            out_direct)
         except _program.UnplacedInput:
             return False
-        self.source_range, self.out_range = source_range, out_range
+        self.source_range, self.out_range, self.out_direct = source_range, out_range, out_direct
         self._programs, self._engines = {True: program}, {}
         return True
 
@@ -82,7 +86,8 @@ class ShmExecutor:
             program = self._programs.get(lazy)
             if program is None:
                 program = self._programs[lazy] = _program.compile_plan(
-                    self.splan, self.dtype.itemsize, lazy, self.source_range if lazy else None, self.out_range)
+                    self.splan, self.dtype.itemsize, lazy, self.source_range if lazy else None, self.out_range,
+                    self.out_direct)
             if self.kernel is not None:
                 engine = _program.Runner(program, self.arena, self.kernel, self.signature, self.check)
             else:

@@ -82,29 +82,50 @@ class UnplacedInput(ValueError):
 
 
 def compile_plan(splan, itemsize: int, lazy: bool, source_range: tuple[int, int] | None = None,
-                 out_range: tuple[int, int] | None = None) -> Program:
-    """The program for `splan` (a plan.ShmPlan) with elements of `itemsize` bytes. `lazy`: the node's input is
-    read from SOURCE until written (out-of-place call), else it is already in WORK. `source_range`: the elements
-    [lo, hi) of the node's state that SOURCE holds (its element 0 is element lo; default the whole state);
-    ranges outside it that no round writes keep what WORK held. `out_range`: the elements of WORK copied to OUT
-    once the call is agreed (None: the result is WORK itself). Raises UnplacedInput where a read of the input
-    falls outside `source_range`."""
+                 out_range: tuple[int, int] | None = None, out_direct: bool = False) -> Program:
+    """The program for `splan` (a plan.ShmPlan) with elements of `itemsize` bytes.
+
+    `lazy`: the node's input is read from SOURCE until written (out-of-place call), else it is already in WORK.
+    `source_range`: the elements [lo, hi) of the node's state that SOURCE holds (its element 0 is element lo;
+    default the whole state); ranges outside it that no round writes keep what WORK held. `out_range`: the
+    elements of the node's state that are the caller's output, OUT (None: the whole state, WORK itself): with
+    `out_direct` they live in OUT throughout (every access to them goes there), else they are copied from WORK
+    to OUT once the call is agreed (the output may then be the input: an in-place alltoall). Raises
+    UnplacedInput where a read of the input falls outside `source_range`."""
     words: list[int] = []
     origin = SOURCE if lazy else WORK
     src_lo, src_hi = source_range if source_range is not None else (0, splan.work_size)
+    out_lo, out_hi = out_range if out_range is not None else (0, splan.work_size)
+    cuts = (out_lo, out_hi) if out_direct and out_range is not None else ()
 
-    def at(buf: int, lo: int, hi: int) -> int:
-        """Byte offset of element lo of buffer buf (in the schedule's element numbering)."""
-        if buf != SOURCE:
-            return lo * itemsize
-        if lo < src_lo or hi > src_hi:
+    def at(buf: int, lo: int, hi: int) -> tuple[int, int]:
+        """(buffer, byte offset) of elements [lo, hi) of buffer buf in the schedule's numbering (a piece on one
+        side of the output range's ends)."""
+        if buf == WORK and cuts and out_lo <= lo and hi <= out_hi:
+            return OUT, (lo - out_lo) * itemsize
+        if buf == SOURCE and (lo < src_lo or hi > src_hi):
             raise UnplacedInput(f"rank {splan.node} reads input elements [{lo}, {hi}) outside [{src_lo}, {src_hi})")
-        return (lo - src_lo) * itemsize
+        return buf, (lo - src_lo if buf == SOURCE else lo) * itemsize
 
-    def copy(dst: int, src: int, lo: int, hi: int) -> None:
-        """COPY of elements [lo, hi) from buffer src to the same range of buffer dst (nothing when empty)."""
+    def pieces(lo: int, hi: int) -> list[tuple[int, int]]:
+        """[lo, hi) cut where the output range begins and ends (a piece of WORK lies in OUT or outside it)."""
+        points = [lo, *(c for c in cuts if lo < c < hi), hi]
+        return list(zip(points[:-1], points[1:], strict=True))
+
+    def copy(dst: int, dlo: int, src: int, slo: int, n: int) -> None:
+        """COPY of n elements from element slo of buffer src to element dlo of buffer dst."""
+        if WORK not in (dst, src):
+            words.extend((COPY, *at(dst, dlo, dlo + n), *at(src, slo, slo + n), n * itemsize))
+            return
+        work_lo = dlo if dst == WORK else slo  # (never both: no instruction copies WORK to WORK)
+        for lo, hi in pieces(work_lo, work_lo + n):
+            d = at(dst, dlo + lo - work_lo, dlo + hi - work_lo)
+            s_ = at(src, slo + lo - work_lo, slo + hi - work_lo)
+            words.extend((COPY, *d, *s_, (hi - lo) * itemsize))
+
+    def same(dst: int, src: int, lo: int, hi: int) -> None:
         if hi > lo:
-            words.extend((COPY, dst, at(dst, lo, hi), src, at(src, lo, hi), (hi - lo) * itemsize))
+            copy(dst, lo, src, lo, hi - lo)
 
     mine = WINDOW + splan.node
     if splan.writes_window:
@@ -113,7 +134,7 @@ def compile_plan(splan, itemsize: int, lazy: bool, source_range: tuple[int, int]
             if q != splan.node:
                 words.extend((WAIT_READ, q, 0))
         for lo, hi in splan.copy_in:
-            copy(mine, origin, lo, hi)
+            same(mine, origin, lo, hi)
     words.extend((PUBLISH, splan.start_offset))
     round_starts, rounds = [], []
     for r in splan.rounds:
@@ -129,45 +150,45 @@ def compile_plan(splan, itemsize: int, lazy: bool, source_range: tuple[int, int]
                     local = SOURCE  # the node's value of the whole target is still the input
                 else:
                     for lo, hi in fresh:
-                        copy(WORK, SOURCE, lo, hi)
+                        same(WORK, SOURCE, lo, hi)
             # a peer's end of the message is [o.remote, o.remote + length) of its window (its own range: the
             # position invariant makes it [a, b), alltoall and imported schedules need not)
             if g[0].kind == OpKind.RECV and len(g) == 1:
-                o = g[0]
                 if b > a:
-                    words.extend((COPY, WORK, a * itemsize, WINDOW + o.peer, o.remote * itemsize, (b - a) * itemsize))
+                    copy(WORK, a, WINDOW + g[0].peer, g[0].remote, b - a)
                 continue
             operands = [(o.peer, WINDOW + o.peer, o.remote) for o in g]
             if g[0].kind == OpKind.RECV_REDUCE:
                 operands.append((splan.node, local, a))
             operands.sort(key=lambda item: item[0])  # stable, as land_receives
-            # REDUCE into elements [a, b) of WORK of the (buffer, byte offset) operands, in source-node order
-            words.extend((REDUCE, WORK, a * itemsize, b - a, len(operands)))
-            for _, buf, first in operands:
-                words.extend((buf, at(buf, first, first + b - a)))
+            # REDUCE into elements [lo, hi) of WORK of the operands in source-node order (elementwise, so the
+            # pieces of a range cut at the output's ends reduce each element exactly as the whole range would)
+            for lo, hi in pieces(a, b):
+                words.extend((REDUCE, *at(WORK, lo, hi), hi - lo, len(operands)))
+                for _, buf, first in operands:
+                    words.extend(at(buf, first + lo - a, first + hi - a))
         if r.mirror:
             words.extend((SET_READ, 1 + r.k + 1))  # this round's reads are over
             for q, off in r.mirror_waits:
                 words.extend((WAIT_READ, q, off))
             for lo, hi in r.mirror:
-                copy(mine, WORK, lo, hi)
+                same(mine, WORK, lo, hi)
         if lazy:
             for lo, hi, unwritten in r.copy_next_parts:
-                copy(mine, SOURCE if unwritten else WORK, lo, hi)
+                same(mine, SOURCE if unwritten else WORK, lo, hi)
         else:
             for lo, hi in r.copy_next:
-                copy(mine, WORK, lo, hi)
+                same(mine, WORK, lo, hi)
         words.extend((PUBLISH, r.advance_to))
     round_starts.append(len(words))
     rounds.append(-1)
-    if lazy:  # what no round wrote is still the input (outside the input: what WORK held, as in place)
+    if lazy:  # what no round wrote is still the input: needed where the caller sees it (the output range)
         for lo, hi in splan.never_written:
-            copy(WORK, SOURCE, max(lo, src_lo), min(hi, src_hi))
+            same(WORK, SOURCE, max(lo, src_lo, out_lo), min(hi, src_hi, out_hi))
     words.append(CHECK_ALL)
-    if out_range is not None:  # after the agreement: a mismatched call leaves the caller's output alone
-        lo, hi = out_range
-        if hi > lo:
-            words.extend((COPY, OUT, 0, WORK, lo * itemsize, (hi - lo) * itemsize))
+    if out_range is not None and not out_direct and out_hi > out_lo:
+        # after the agreement: a mismatched call leaves the caller's output alone
+        words.extend((COPY, OUT, 0, WORK, out_lo * itemsize, (out_hi - out_lo) * itemsize))
     words.append(END)
     return Program(np.array(words, dtype=np.int64), round_starts, rounds)
 

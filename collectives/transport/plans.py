@@ -113,7 +113,7 @@ class Plan:
         self.io = self.inline and self._place_io()
         # the buffers of the last call through run(), accepted by the quick check (held: a caller's array stays
         # alive until the next call of this signature, or until the plan is dropped)
-        self._x = self._out = None
+        self._x = self._out = self._binding = None
         self.direct = isinstance(self.executor, (NativeExecutor, LocalExecutor))  # run() without the queue
 
     # -- building ------------------------------------------------------------------------------------------
@@ -292,9 +292,11 @@ class Plan:
             if not calls.buffers_fit(x, out, self.mode, self.out_count):
                 return self.submit(x, out, False, timeout)
             self._x, self._out = x, out
+            # the binding, where it is the same call after call on these buffers (it copies nothing then)
+            self._binding = self.bind_inline(x, out) if self.fixed_binding(out) else None
         elif self.mode != calls.NEW and not out.flags.writeable:  # the one flag a caller can change
             return self.submit(x, out, False, timeout)
-        res, work, source = self.bind_inline(x, out)
+        res, work, source = self._binding or self.bind_inline(x, out)
         return self.start_inline(x, out, res, work, source, timeout)
 
     # a call on the shared-memory plan runner, started on the caller's thread (bind_inline, then start_inline):

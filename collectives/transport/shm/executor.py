@@ -97,7 +97,11 @@ class ShmExecutor:
 
     def start(self, work: np.ndarray, source: np.ndarray | None, seq: int, polls: int = POLLS,
               out: np.ndarray | None = None) -> int:
-        engine = self.engine = self._engine(source is not None)
+        lazy = source is not None
+        engine = self._engines.get(lazy)
+        if engine is None or engine.generation != self.arena.generation:
+            engine = self._engine(lazy)
+        self.engine = engine
         return engine.start(work, source, seq, polls, self.yield_cpu, out)
 
     def resume(self, polls: int = POLLS) -> int:

@@ -245,7 +245,8 @@ class Runner:
             buffers[2] = ffi.from_buffer(out.view(np.uint16) if self.half else out) if out is not None else ffi.NULL
         call = self.call
         call.seq = seq
-        return self._status(lib.coll_plan_run(call, polls, yield_cpu, 1))
+        rc = lib.coll_plan_run(call, polls, yield_cpu, 1)
+        return rc if rc >= MISMATCH else self._status(rc)
 
     def resume(self, polls: int, yield_cpu: int) -> int:
         return self._status(lib.coll_plan_run(self.call, polls, yield_cpu, 0))

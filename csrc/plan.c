@@ -156,6 +156,12 @@ static int wait_for(struct coll_plan_call *call, int q, const int64_t *counter, 
 }
 
 /* One fused reduction of `n` operands (buffer, offset) pairs read from `w` into dst. */
+/* Where byte `off` of buffer b lies for this call: windows at the call's half. */
+static char *address(const struct coll_plan_call *call, int64_t b, int64_t off)
+{
+    return call->buffers[b] + off + (b >= call->first_window ? call->shift : 0);
+}
+
 static int reduce(const struct coll_plan_call *call, void *dst, const int64_t *w, int64_t n, int64_t count)
 {
     const void *stack_in[MAX_STACK_OPERANDS];
@@ -172,7 +178,7 @@ static int reduce(const struct coll_plan_call *call, void *dst, const int64_t *w
         }
     }
     for (int64_t k = 0; k < n; k++)
-        in[k] = call->buffers[w[2 * k]] + w[2 * k + 1];
+        in[k] = address(call, w[2 * k], w[2 * k + 1]);
     int rc = call->kind == COLL_PLAN_NATIVE
                  ? coll_reduce(call->dtype, call->op, dst, in, (size_t)n, (size_t)count)
                  : coll_reduce_half(call->dtype, call->op, dst, 0, in, in_f32, (size_t)n, (size_t)count);
@@ -194,7 +200,6 @@ static int stop_at(struct coll_plan_call *call, int64_t i, int status)
 int coll_plan_run(struct coll_plan_call *call, int64_t polls, int yield_cpu, int restart)
 {
     const int64_t *code = call->code;
-    char **buffers = call->buffers;
     int64_t *const *ctrl = call->ctrl;
     const int me = call->me;
     int64_t *const mine = ctrl[me];
@@ -206,6 +211,23 @@ int coll_plan_run(struct coll_plan_call *call, int64_t polls, int yield_cpu, int
         call->wait_since_ns = 0;
         call->waiting = -1;
         call->poisoned = 0;
+        /* the window part this call writes, and the readers it must wait for before writing it (the private
+         * `reuse` words: only this rank reads and writes them, so relaxed) */
+        int64_t *reuse = &mine[COLL_CTRL_REUSE];
+        const int64_t end = call->base + call->steps;
+        if (call->half_bytes > 0) {
+            const int h = (int)(call->seq & 1);
+            call->shift = h * call->half_bytes;
+            call->reuse = __atomic_load_n(&reuse[h], __ATOMIC_RELAXED);
+            __atomic_store_n(&reuse[h], end, __ATOMIC_RELAXED);
+        } else {
+            const int64_t r0 = __atomic_load_n(&reuse[0], __ATOMIC_RELAXED);
+            const int64_t r1 = __atomic_load_n(&reuse[1], __ATOMIC_RELAXED);
+            call->shift = 0;
+            call->reuse = r0 > r1 ? r0 : r1;
+            __atomic_store_n(&reuse[0], end, __ATOMIC_RELAXED);
+            __atomic_store_n(&reuse[1], end, __ATOMIC_RELAXED);
+        }
         if (call->check) {
             memset(call->checked, 0, (size_t)call->nranks);
             call->checked[me] = 1;
@@ -224,8 +246,10 @@ int coll_plan_run(struct coll_plan_call *call, int64_t polls, int yield_cpu, int
         case COLL_PLAN_WAIT_READ: {
             const int q = (int)w[1];
             const int64_t *counter = &ctrl[q][w[0] == COLL_PLAN_WAIT_DONE ? COLL_CTRL_DONE : COLL_CTRL_READ];
-            /* waits at offset 0 are for the previous call (its readers are done): no signature of ours yet */
-            const int rc = wait_for(call, q, counter, base + w[2], w[2] > 0, polls, yield_cpu);
+            /* a wait at offset 0 is for earlier calls (their readers are done with this call's part of the
+             * window: `reuse`): no signature of ours yet */
+            const int64_t target = w[2] == 0 && w[0] == COLL_PLAN_WAIT_READ ? call->reuse : base + w[2];
+            const int rc = wait_for(call, q, counter, target, w[2] > 0, polls, yield_cpu);
             if (rc < 0)
                 return stop_at(call, i, COLL_PLAN_MISMATCH);
             if (rc == 0) {
@@ -254,12 +278,12 @@ int coll_plan_run(struct coll_plan_call *call, int64_t polls, int yield_cpu, int
             i += 1;
             break;
         case COLL_PLAN_COPY:
-            memcpy(buffers[w[1]] + w[2], buffers[w[3]] + w[4], (size_t)w[5]);
+            memcpy(address(call, w[1], w[2]), address(call, w[3], w[4]), (size_t)w[5]);
             i += 6;
             break;
         case COLL_PLAN_REDUCE: {
             const int64_t n = w[4];
-            const int rc = n < 1 ? COLL_PLAN_BAD_CODE : reduce(call, buffers[w[1]] + w[2], w + 5, n, w[3]);
+            const int rc = n < 1 ? COLL_PLAN_BAD_CODE : reduce(call, address(call, w[1], w[2]), w + 5, n, w[3]);
             if (rc != 0)
                 return stop_at(call, i, rc);
             i += 5 + 2 * n;

@@ -16,10 +16,17 @@
  *   CHECK_ALL                   every peer not yet checked in this call has started it with this signature
  * `buffers[b]` is the base address of buffer b (the transport numbers them: work, input, output, peers' windows).
  *
+ * Double-buffered windows: a call whose window part fits in half of every window (`half_bytes`) uses half
+ * (seq & 1), so a rank may write call k + 1 while its peers still read call k. WAIT_READ at offset 0 (the
+ * first write of a call into its window) then waits for the peers to be done with the last call that wrote
+ * that half (`reuse`), not with the previous call; a call that does not fit uses the whole window and waits for
+ * both halves. Every rank decides alike (same seq, window size and call), so readers read the half written.
+ *
  * Control block of rank q (COLL_CTRL_WORDS int64 in shared memory, `ctrl[q]`): its `done` counter, two
  * signature slots (call number, signature hash; slot = call number & 1), a poison word and two flag words (one
  * per slot: 2 x call number + a bit, written by the Python agreement before it signs; the runner ignores them),
- * in one cache line, then its `read` counter in the next. The call agreement rides on the waits a call makes anyway: a run writes
+ * in one cache line, then its `read` counter in the next, and two private words (`reuse`, one per window half:
+ * the `read` value at which the peers are done with the last call that wrote that half). The call agreement rides on the waits a call makes anyway: a run writes
  * its signature slot first; every wait on a peer for this call (target above the call's base) also reads the
  * peer's slot, in the line it polls: a peer that has started the same call number with another signature is a
  * mismatch, and so is a peer whose poison word names this call (it found a mismatch: it propagates); CHECK_ALL
@@ -42,7 +49,7 @@ enum coll_plan_opcode {
 enum coll_plan_kind { COLL_PLAN_NATIVE = 0, COLL_PLAN_HALF = 1 };
 enum coll_ctrl_word {
     COLL_CTRL_DONE = 0, COLL_CTRL_SIG_SEQ = 1, COLL_CTRL_SIG_HASH = 2, COLL_CTRL_POISON = 5, COLL_CTRL_FLAG = 6,
-    COLL_CTRL_READ = 8, COLL_CTRL_WORDS = 16
+    COLL_CTRL_READ = 8, COLL_CTRL_REUSE = 9, COLL_CTRL_WORDS = 16
 };
 enum coll_plan_status {
     COLL_PLAN_DONE = 0, COLL_PLAN_WAITING = 1, COLL_PLAN_BAD_CODE = -1, COLL_PLAN_KERNEL_REFUSED = -2,
@@ -66,6 +73,11 @@ struct coll_plan_call {
     int64_t seq;           /* the call's number on its communicator (the same on every rank of a matching call) */
     int64_t signature;     /* hash of what every rank must agree on (collective, count, dtype, op, root, ...) */
     int64_t poisoned;      /* 1: the peer in `waiting` reported a mismatch of this call (propagated) */
+    int64_t steps;         /* counter steps of the call: every counter ends it at base + steps */
+    int64_t half_bytes;    /* > 0: the call uses half (seq & 1) of every window, at this byte offset times it */
+    int64_t reuse;         /* the peers' `read` that frees this call's part of the window (set by a restart) */
+    int64_t shift;         /* byte offset of this call's half in every window (set by a restart) */
+    int first_window;      /* buffers[first_window + q] is rank q's window */
     int me;
     int nranks;
     int check;             /* 1: compare signatures (the call agreement); 0: trust the caller */

@@ -34,7 +34,7 @@ class ShmExecutor:
         # with check="off" the runner still compares what costs it nothing and catches the worst outcome of a
         # mismatch (reading or writing past a peer's range): the size of the call (plans.Plan.size_digest)
         self.inner = _shm.ShmExecutor(ctx.arena, schedule, dtype, kernel_op, digest, True, ctx.host.oversubscribed)
-        self.need = self.inner.need
+        self.need, self.want = self.inner.need, self.inner.want
         # (work, source, seq, polls, out) -> status: the hot path, without a Python layer
         self.start = self.inner.start
         self.resume = self.inner.resume

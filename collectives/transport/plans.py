@@ -135,8 +135,8 @@ class Plan:
         self._count_bytes(schedule)
         if ShmExecutor.serves(schedule, ctx.arena):
             executor = ShmExecutor(ctx, schedule, self.work_dtype, self.kernel_op, self.digest)
-            if executor.need > ctx.arena.capacity:
-                self._grow(executor.need, timeout)
+            if executor.want > ctx.arena.capacity:  # the same on every rank: a collective growth
+                self._grow(executor.want, timeout)
             return executor
         return MessageExecutor(ctx, schedule, self.work_dtype, self.kernel_op, self.choice, self.root, self.params)
 

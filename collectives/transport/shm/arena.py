@@ -9,7 +9,9 @@ POSIX shared memory without an MPI launcher), each mapped by every rank:
   writes what it is calling, every rank compares with every peer before its call returns), so on one host the
   agreement costs no extra synchronisation;
 * the data windows: per rank a *mirror* of the ranges its peers read (see plan.py), grown collectively
-  (doubling) when a call needs more.
+  (doubling) when a call needs more. A call that fits in half a window uses half (call number & 1), so a rank
+  can write its next call while its peers still read this one (csrc/plan.h); the private `reuse` words of its
+  control block say when the peers are done with each half (`reserve`).
 
 Created once per communicator, at `collectives.init`, when every rank of the communicator is on this host and
 COLLECTIVES_SHM is on (collective over the communicator).
@@ -27,7 +29,7 @@ except ImportError:  # no C extension: numpy stores and loads (fenced where the 
     ffi = lib = None
 
 # csrc/plan.h: enum coll_ctrl_word
-DONE, SIG_SEQ, SIG_HASH, POISON, FLAG, READ, CTRL_WORDS = 0, 1, 2, 5, 6, 8, 16
+DONE, SIG_SEQ, SIG_HASH, POISON, FLAG, READ, REUSE, CTRL_WORDS = 0, 1, 2, 5, 6, 8, 9, 16
 MATCH, NOT_STARTED, MISMATCH, POISONED = 1, 0, -1, -2
 
 
@@ -114,6 +116,20 @@ class Arena:
                 raise TimeoutError("the host's ranks did not all create the shared-memory arena in time")
             time.sleep(1e-5)
 
+    def reserve(self, seq: int, half: int, end: int) -> tuple[int, int]:
+        """The window part of call `seq` ending with counters at `end`, as csrc/plan.c's restart: (byte offset
+        of the call's half, or 0 for the whole window when `half` is 0; the peers' `read` at which the calls that
+        wrote it before are read)."""
+        mine = self.ctrl[self.rank]
+        if half > 0:
+            h = seq & 1
+            reuse = int(mine[REUSE + h])
+            mine[REUSE + h] = end
+            return h * half, reuse
+        reuse = int(max(mine[REUSE], mine[REUSE + 1]))
+        mine[REUSE] = mine[REUSE + 1] = end
+        return 0, reuse
+
     def counter(self, q: int, which: int) -> int:
         self.fence()
         return int(self.ctrl[q][which])
@@ -193,7 +209,10 @@ class Arena:
 
     def resynchronise(self, value: int) -> None:
         """After a mismatch (every rank stopped its call wherever it was): every rank's counters restart at the
-        same `value` (the caller agreed it over MPI, at least every rank's done counter)."""
+        same `value` (the caller agreed it over MPI, at least every rank's done counter), and with them the
+        `reuse` words: nobody reads a window any more (a stopped call may have reserved a later value)."""
+        mine = self.ctrl[self.rank]
+        mine[REUSE] = mine[REUSE + 1] = value
         self.publish(value)
 
     def free(self) -> None:

@@ -26,6 +26,8 @@ from .plan import ShmPlan
 # a wait that does not pass within this many polls returns to the caller's waiter (which checks the deadline):
 # ~1024 yields, or ~25 us of pauses when every rank has a core
 POLLS = 1024
+# calls whose window part is at most this many bytes get windows twice that size (double-buffered)
+DOUBLE_BUFFER_MAX = 8 << 20
 
 
 def eligible(schedule: Schedule, arena: Arena | None) -> bool:
@@ -51,6 +53,9 @@ class ShmExecutor:
         self.check = check
         self.yield_cpu = int(oversubscribed)
         self.need = schedule.work_size * self.dtype.itemsize  # window bytes every rank needs (same on all)
+        # what the window should hold: two calls' worth up to DOUBLE_BUFFER_MAX, so that a rank may write its next
+        # call while its peers still read this one (csrc/plan.h, double-buffered windows)
+        self.want = 2 * self.need if self.need <= DOUBLE_BUFFER_MAX else self.need
         self.kernel = _program.c_kernel(self.dtype, op, self.need)
         self._programs: dict[bool, _program.Program] = {}
         self._engines: dict[bool, _program.Runner | _program.Interpreter] = {}

@@ -66,6 +66,14 @@ class Program:
     code: np.ndarray  # int64 words
     round_starts: list[int]  # word index where each round's instructions begin
     rounds: list[int]  # the schedule round of each entry of round_starts
+    steps: int = 0  # counter steps of a call (every counter ends it at base + steps)
+    window_bytes: int = 0  # the part of every rank's window the call uses: [0, window_bytes)
+
+    def half_bytes(self, capacity: int) -> int:
+        """The byte offset of window half 1 when the call fits in half of windows of `capacity` bytes (it then
+        uses half seq & 1: csrc/plan.h, double-buffered windows), else 0 (the whole window)."""
+        half = capacity // 2
+        return half if 0 < self.window_bytes <= half else 0
 
     def round_at(self, ip: int) -> int | None:
         i = bisect.bisect_right(self.round_starts, ip) - 1
@@ -190,7 +198,8 @@ def compile_plan(splan, itemsize: int, lazy: bool, source_range: tuple[int, int]
         # after the agreement: a mismatched call leaves the caller's output alone
         words.extend((COPY, OUT, 0, WORK, out_lo * itemsize, (out_hi - out_lo) * itemsize))
     words.append(END)
-    return Program(np.array(words, dtype=np.int64), round_starts, rounds)
+    return Program(np.array(words, dtype=np.int64), round_starts, rounds, splan.total,
+                   splan.work_size * itemsize)
 
 
 class Runner:
@@ -221,6 +230,9 @@ class Runner:
         call.waiting = -1
         call.nap_after_ns = environment.get("COLLECTIVES_NAP_AFTER_US") * 1000
         call.nap_ns = NAP_NS
+        call.steps = program.steps
+        call.half_bytes = program.half_bytes(arena.capacity)
+        call.first_window = WINDOW
         self.half = kernel[0] == 1  # 16-bit floats: ml_dtypes arrays need a uint16 view for from_buffer
         self.keep = (program, code, checked)  # cffi does not keep what struct fields point to alive
         # the arrays the buffer pointers were last taken from (held, so their memory stays valid): a call on the
@@ -290,6 +302,7 @@ class Interpreter:
         self.generation = arena.generation
         self.ip = 0
         self.base = 0
+        self.reuse = 0
         self.seq = 0
         self.waiting = -1
         self.poisoned = False
@@ -300,11 +313,15 @@ class Interpreter:
     def start(self, work: np.ndarray, source: np.ndarray | None, seq: int, polls: int, yield_cpu: int,
               out: np.ndarray | None = None) -> int:
         a = self.arena
+        self.base = a.counter(a.rank, _arena.DONE)
+        # the window part this call writes and the readers it waits for first (as csrc/plan.c's restart)
+        half = self.program.half_bytes(a.capacity)
+        shift, self.reuse = a.reserve(seq, half, self.base + self.program.steps)
         flat = work.reshape(-1).view(np.uint8)
         self.buffers = [flat, (source if source is not None else work).reshape(-1).view(np.uint8),
-                        out.reshape(-1).view(np.uint8) if out is not None else flat, *a.views]
+                        out.reshape(-1).view(np.uint8) if out is not None else flat,
+                        *(v[shift:] for v in a.views)]
         self.ip, self.seq, self.events, self.waiting, self.poisoned = 0, seq, 0, -1, False
-        self.base = a.counter(a.rank, _arena.DONE)
         self.checked = [q == a.rank for q in range(a.size)]
         if self.check:
             a.sign(seq, self.signature)
@@ -356,7 +373,8 @@ class Interpreter:
             if w in (WAIT_DONE, WAIT_READ):
                 q, off = int(code[i + 1]), int(code[i + 2])
                 which = _arena.DONE if w == WAIT_DONE else _arena.READ
-                rc = self._wait(q, which, base + off, off > 0, polls, yield_cpu)
+                target = self.reuse if off == 0 and w == WAIT_READ else base + off
+                rc = self._wait(q, which, target, off > 0, polls, yield_cpu)
                 if rc < 0:
                     return self._stop(MISMATCH)
                 if rc == 0:

@@ -205,6 +205,31 @@ def test_the_lowering_reads_the_input_where_it_lies_and_writes_the_output_last()
     assert [c[1:3] for c in code if c[0] == program.REDUCE][-1] == [program.OUT, 0]
 
 
+def test_calls_alternate_window_halves_and_wait_for_the_readers_of_theirs():
+    """Double-buffered windows (csrc/plan.h): a call that fits in half a window writes half seq & 1 once the peers
+    are done with the last call that wrote that half; a call that does not fit takes the whole window and waits
+    for both; a mismatch's restart frees everything."""
+    from types import SimpleNamespace
+
+    from collectives.transport.shm import arena as _arena
+
+    a = _arena.Arena.__new__(_arena.Arena)
+    a.rank, a.size = 0, 2
+    a.ctrl = [np.zeros(_arena.CTRL_WORDS, np.int64) for _ in range(2)]
+    a.ctrl_segments = SimpleNamespace(sync=lambda: None)
+    assert a.reserve(1, 2048, 3) == (2048, 0)  # call 1: half 1, free from the start
+    assert a.reserve(2, 2048, 6) == (0, 0)  # call 2: half 0, while the peers may still read call 1
+    assert a.reserve(3, 2048, 9) == (2048, 3)  # call 3: half 1 again once they are done with call 1
+    assert a.reserve(4, 0, 12) == (0, 9)  # a call that needs the whole window waits for both halves
+    assert a.reserve(5, 2048, 15) == (2048, 12)
+    a.resynchronise(20)  # a stopped call's reservation (15) may exceed where the counters restart
+    assert a.reserve(6, 2048, 23) == (0, 20) and a.counter(0, _arena.READ) == 20
+    s = algorithms.build("ring", collective="allreduce", world_size=2, count=8)
+    prog = program.compile_plan(ShmPlan.build(s, 0), 4, False)
+    assert (prog.steps, prog.window_bytes) == (ShmPlan.build(s, 0).total, 32)
+    assert prog.half_bytes(64) == 32 and prog.half_bytes(32) == 0
+
+
 def test_one_rank_without_a_launcher_says_so_once(monkeypatch, capsys):
     from collectives.transport import host
 

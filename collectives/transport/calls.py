@@ -124,7 +124,10 @@ def check_call(collective: str, x: np.ndarray, op: str, root, p: int, accumulate
 
 def check_buffers(collective: str, x: np.ndarray, out, p: int) -> None:
     """Validate out against x (raises naming what is wrong); x is already an ndarray of a supported dtype."""
-    if collective == "broadcast" or out is None:
+    if collective == "broadcast":  # in place (a later call may pass an array made read-only since)
+        _check_writable(x, "x (broadcast writes it in place)")
+        return
+    if out is None:
         return
     n = x.size
     if not isinstance(out, np.ndarray):

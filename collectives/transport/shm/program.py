@@ -260,6 +260,17 @@ class Runner:
         rc = lib.coll_plan_run(call, polls, yield_cpu, 1)
         return rc if rc >= MISMATCH else self._status(rc)
 
+    def bound(self, work: np.ndarray, source: np.ndarray | None, out: np.ndarray | None) -> bool:
+        """The buffer pointers are these arrays' (the last start() was on them)."""
+        return work is self._work and source is self._source and out is self._out
+
+    def rerun(self, seq: int, polls: int, yield_cpu: int) -> int:
+        """start() on the buffers of the last call (the caller checked `bound`)."""
+        call = self.call
+        call.seq = seq
+        rc = lib.coll_plan_run(call, polls, yield_cpu, 1)
+        return rc if rc >= MISMATCH else self._status(rc)
+
     def resume(self, polls: int, yield_cpu: int) -> int:
         return self._status(lib.coll_plan_run(self.call, polls, yield_cpu, 0))
 

@@ -1,0 +1,70 @@
+"""Calls on the plan runner that repeat on the same buffers restart the C runner on the pointers it holds
+(plans.Plan._rerun); the input is read where it lies and the output written in place (Plan.io); windows are
+double-buffered (csrc/plan.h). Each must give MPI's results and fall back or raise where the state changed: the
+windows regrown by a larger call, a read-only buffer, a mismatched call, an in-place alltoall."""
+
+from __future__ import annotations
+
+import launcher
+
+PROGRAM = """
+import numpy as np
+import collectives
+comm = collectives.init()
+p, r = comm.size, comm.rank
+x = np.zeros(3, np.float32)
+for i in range(6):  # the root's next call writes the other window half while the others read this one
+    if r == 1:
+        x[:] = [i, i + 1, i + 2]
+    comm.broadcast(x, root=1)
+    assert np.array_equal(x, [i, i + 1, i + 2]), (i, x)
+assert comm._last._quick is not None  # the repeated calls took the rerun path
+# a larger call regrows the windows: the next rerun sees another generation and rebinds
+big = comm.allreduce(np.ones(1 << 20, np.float32))
+assert (big == p).all()
+x[:] = 7 if r == 1 else 0
+comm.broadcast(x, root=1)
+assert (x == 7).all(), x
+# a read-only buffer is refused before any communication, on every rank
+x.flags.writeable = False
+try:
+    comm.broadcast(x, root=1)
+    raise SystemExit(f"rank {r}: a read-only buffer was written")
+except ValueError:
+    pass
+x.flags.writeable = True
+# a mismatch on a call that would rerun: every rank raises, then the communicator goes on
+try:
+    if r == 0:
+        comm.allreduce(np.ones(3, np.float32))
+    else:
+        comm.broadcast(x, root=1)
+    print(f"rank {r}: no mismatch error", flush=True)
+except collectives.CallMismatchError:
+    pass
+comm.broadcast(x, root=1)
+# reduce_scatter and alltoall write the caller's output directly; an in-place alltoall copies at the end
+blocks = np.arange(4 * p, dtype=np.int64) + 1000 * r
+out = np.empty(4, np.int64)
+for i in range(3):
+    comm.reduce_scatter(blocks + i, out=out)
+    want = sum(np.arange(4 * p, dtype=np.int64) + 1000 * q + i for q in range(p))[4 * r:4 * r + 4]
+    assert np.array_equal(out, want), (i, out, want)
+a = np.arange(2 * p, dtype=np.int32) + 100 * r
+got = np.empty_like(a)
+comm.alltoall(a, out=got)
+want = np.concatenate([np.arange(2 * p, dtype=np.int32)[2 * r:2 * r + 2] + 100 * q for q in range(p)])
+assert np.array_equal(got, want), (got, want)
+comm.alltoall(a, out=a)
+assert np.array_equal(a, want), (a, want)
+g = comm.allgather(np.full(2, r, np.int16))
+assert np.array_equal(g, np.repeat(np.arange(p, dtype=np.int16), 2)), g
+print(f"rank {r}: ok", flush=True)
+"""
+
+
+def test_repeated_calls_on_the_plan_runner(tmp_path):
+    proc = launcher.run_source(3, PROGRAM, directory=tmp_path, env={"COLLECTIVES_TIMEOUT": "20"})
+    for r in range(3):
+        assert f"rank {r}: ok" in proc.stdout, proc.stdout
+    assert "no mismatch error" not in proc.stdout, proc.stdout

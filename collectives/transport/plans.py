@@ -16,6 +16,7 @@ the agreement when the executor does not fold it -> the executor -> the result. 
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 
 import numpy as np
@@ -34,8 +35,8 @@ from .progress import advance_others
 from .shm.executor import POLLS
 
 _IN_WORK, _IN_SCRATCH, _BROADCAST, _GATHER, _GENERAL = range(5)  # how run() binds a call's buffers
-# a blocking call of MPI's own collective polls this often before joining the queue; not at all when ranks share
-# cores: a flat-out spin keeps the core from the peer it waits for (the queue's wait yields on every poll)
+# a blocking call of MPI's own collective polls this often before joining the queue (yielding the CPU between
+# polls when ranks share cores: a flat-out spin keeps the core from the peer it waits for)
 SPIN_POLLS = 1024
 _SPIN = range(SPIN_POLLS)
 
@@ -392,21 +393,26 @@ class Plan:
         ctx = self.ctx
         seq = ctx.seq = ctx.seq + 1
         self.calls += 1
-        if self.full_check or ctx.host.oversubscribed:  # a result check to post, or no spinning on a shared core
+        if self.full_check:  # a result check to post: the queue's stages
             launch = Launch(self, seq, x, out, None, started=False)
             ctx.queue.submit(launch, False, timeout)
             return launch.result
         ex = self.executor
         launch = None
+        # with ranks sharing cores every poll yields the CPU (the peer awaited may be waiting for this core); the
+        # loops are inline either way: a call of a helper per call costs ~0.1 us
+        shared = ctx.host.oversubscribed
         try:
             agreement = self.agreement(seq, x, out)
             agreed = agreement is None
             if not agreed:
                 test = agreement.test
-                for _ in _SPIN:  # the loops are inline: a call of a helper per call costs ~0.1 us
+                for _ in _SPIN:
                     if test():
                         agreed = True
                         break
+                    if shared:
+                        os.sched_yield()
             if not agreed:
                 launch = Launch(self, seq, x, out, None, started=False)
                 launch._agreement = agreement  # its test() goes on in the queue (a mismatch report included)
@@ -416,6 +422,8 @@ class Plan:
                 for _ in _SPIN:
                     if done():
                         return ex.finish_native(self, res)
+                    if shared:
+                        os.sched_yield()
                 launch = Launch(self, seq, x, out, res, started=True)
         except CallMismatchError as exc:
             ctx.note_mismatch(exc)

@@ -136,6 +136,7 @@ class NativeExecutor:
         self.ctx = ctx
         self.op = kernel_op
         self.req = self.req_done = None
+        self.own = None  # a persistent allgather's (input, this rank's block of the output): _start_persistent
         self.completed = 0
         # a persistent request can serve this signature (the plan offers the flag only with a host agreement)
         self.persistable = collective in self.PERSISTABLE and count > 0 and hasattr(self.native, "persistent")
@@ -166,6 +167,9 @@ class NativeExecutor:
             if req is None:  # this MPI has none (on every rank): no flag is set again
                 ctx.native_request = False
                 return False
+        if self.collective == "allgather":  # its request runs in place (_MpiNative.persistent): this rank's block
+            self.own = (x.reshape(-1), res.reshape(-1)[self.rank * x.size:(self.rank + 1) * x.size])
+            self.own[1][...] = self.own[0]
         req.Start()
         self.req, self.req_done = req, req.Test
         return True
@@ -207,6 +211,9 @@ class NativeExecutor:
         return res
 
     def finish_native(self, plan, res):
+        if self.own is not None:  # written again once complete: Intel MPI 2021.18's persistent allgather at 2 ranks
+            self.own[1][...] = self.own[0]  # writes the previous start's block there even in place
+            self.own = None
         if res is not None and self.collective in REDUCING:
             finalize(res, plan.op, self.p)
         return res

@@ -92,8 +92,10 @@ class _MpiNative:
     def persistent(self, collective: str, send: np.ndarray, recv, op: str, root: int | None):
         """MPI-4's persistent collective (MPI_Allreduce_init, ...) on these buffers, inactive until Start(); for
         allreduce, reduce_scatter, allgather, alltoall, broadcast and reduce with data to move (`recv is send`:
-        in place). Collective: every rank initialises its own at the same call (executors.NativeExecutor). None:
-        this MPI has none (the same answer on every rank)."""
+        in place). An allgather's runs in place: the caller copies its block into its place in `recv` before
+        each Start and again once it completes (Intel MPI 2021.18's MPI_Allgather_init leaves the previous
+        start's block of this rank there on later starts, at 2 ranks even in place). Collective: every rank initialises its own at the same call
+        (executors.NativeExecutor). None: this MPI has none (the same answer on every rank)."""
         try:
             return self._persistent(collective, send, recv, op, root)
         except NotImplementedError:  # an MPI without MPI-4's persistent collectives (mpi4py's stubs)
@@ -109,8 +111,8 @@ class _MpiNative:
             return c.Bcast_init(_bytes(send), root)
         if collective == "reduce_scatter":
             return c.Reduce_scatter_block_init(send, recv, self.OPS[op])
-        if collective == "allgather":
-            return c.Allgather_init(_bytes(send), _bytes(recv))
+        if collective == "allgather":  # in place: the caller copies its block into recv before each Start
+            return c.Allgather_init(MPI.IN_PLACE, _bytes(recv))
         if collective == "alltoall":
             return c.Alltoall_init(_bytes(send), _bytes(recv))
         raise ValueError(f"no persistent {collective}")

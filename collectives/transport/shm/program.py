@@ -131,18 +131,19 @@ def compile_plan(splan, itemsize: int, lazy: bool, source_range: tuple[int, int]
             s_ = at(src, slo + lo - work_lo, slo + hi - work_lo)
             words.extend((COPY, *d, *s_, (hi - lo) * itemsize))
 
-    def same(dst: int, src: int, lo: int, hi: int) -> None:
+    def copy_range(dst: int, src: int, lo: int, hi: int) -> None:
+        """COPY of elements [lo, hi) of buffer src to the same elements of buffer dst (nothing when empty)."""
         if hi > lo:
             copy(dst, lo, src, lo, hi - lo)
 
     mine = WINDOW + splan.node
     if splan.writes_window:
-        # nobody still reads this rank's window for the previous call
+        # nobody still reads this half of the window for an earlier call (offset 0: csrc/plan.h, `reuse`)
         for q in range(splan.world_size):
             if q != splan.node:
                 words.extend((WAIT_READ, q, 0))
         for lo, hi in splan.copy_in:
-            same(mine, origin, lo, hi)
+            copy_range(mine, origin, lo, hi)
     words.extend((PUBLISH, splan.start_offset))
     round_starts, rounds = [], []
     for r in splan.rounds:
@@ -158,7 +159,7 @@ def compile_plan(splan, itemsize: int, lazy: bool, source_range: tuple[int, int]
                     local = SOURCE  # the node's value of the whole target is still the input
                 else:
                     for lo, hi in fresh:
-                        same(WORK, SOURCE, lo, hi)
+                        copy_range(WORK, SOURCE, lo, hi)
             # a peer's end of the message is [o.remote, o.remote + length) of its window (its own range: the
             # position invariant makes it [a, b), alltoall and imported schedules need not)
             if g[0].kind == OpKind.RECV and len(g) == 1:
@@ -180,19 +181,19 @@ def compile_plan(splan, itemsize: int, lazy: bool, source_range: tuple[int, int]
             for q, off in r.mirror_waits:
                 words.extend((WAIT_READ, q, off))
             for lo, hi in r.mirror:
-                same(mine, WORK, lo, hi)
+                copy_range(mine, WORK, lo, hi)
         if lazy:
             for lo, hi, unwritten in r.copy_next_parts:
-                same(mine, SOURCE if unwritten else WORK, lo, hi)
+                copy_range(mine, SOURCE if unwritten else WORK, lo, hi)
         else:
             for lo, hi in r.copy_next:
-                same(mine, WORK, lo, hi)
+                copy_range(mine, WORK, lo, hi)
         words.extend((PUBLISH, r.advance_to))
     round_starts.append(len(words))
     rounds.append(-1)
     if lazy:  # what no round wrote is still the input: needed where the caller sees it (the output range)
         for lo, hi in splan.never_written:
-            same(WORK, SOURCE, max(lo, src_lo, out_lo), min(hi, src_hi, out_hi))
+            copy_range(WORK, SOURCE, max(lo, src_lo, out_lo), min(hi, src_hi, out_hi))
     words.append(CHECK_ALL)
     if out_range is not None and not out_direct and out_hi > out_lo:
         # after the agreement: a mismatched call leaves the caller's output alone

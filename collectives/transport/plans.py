@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from .. import registry
-from ..errors import CallMismatchError, CollectiveTimeoutError
+from ..errors import CallMismatchError, CollectivesError, CollectiveTimeoutError
 from ..kernels import round_into
 from ..kernels._dtypes import dtype_name
 from ..reduction import finalize
@@ -195,8 +195,17 @@ class Plan:
 
     def _grow(self, need: int, timeout: float | None) -> None:
         """The arena's windows must grow before this plan's first call: collective over the host, so every rank
-        first agrees this call (the same signature means the same need on every rank)."""
+        first finishes its calls in flight (they run on the windows being replaced) and agrees this call (the
+        same signature means the same need on every rank)."""
         ctx = self.ctx
+        queue = ctx.queue
+        if queue:  # calls in flight (asynchronous ones) still use the windows: they finish first, in order
+            last = queue.launches[-1]
+            try:
+                queue.wait(last, timeout)
+            except CollectivesError as exc:
+                if exc is not last.error:  # not that call's own error (its handle raises that): a failure
+                    raise
         seq = ctx.seq + 1  # the call this plan is built for (it is issued next)
         agreement = HostAgreement(ctx.runtime, ctx.arena, CallMeta.of(seq, self.signature), self.digest)
         limit = ctx.timeout if timeout is None else timeout

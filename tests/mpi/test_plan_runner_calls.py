@@ -1,7 +1,8 @@
 """Calls on the plan runner that repeat on the same buffers restart the C runner on the pointers it holds
 (plans.Plan._rerun); the input is read where it lies and the output written in place (Plan.io); windows are
 double-buffered (csrc/plan.h). Each must give MPI's results and fall back or raise where the state changed: the
-windows regrown by a larger call, a read-only buffer, a mismatched call, an in-place alltoall."""
+windows regrown by a larger call (also under an asynchronous call in flight), a read-only buffer, a mismatched
+call, an in-place alltoall."""
 
 from __future__ import annotations
 
@@ -59,6 +60,14 @@ comm.alltoall(a, out=a)
 assert np.array_equal(a, want), (a, want)
 g = comm.allgather(np.full(2, r, np.int16))
 assert np.array_equal(g, np.repeat(np.arange(p, dtype=np.int16), 2)), g
+# a call in flight while a new signature grows the windows: it finishes first (it runs on the windows replaced);
+# the last rank comes late, so the others' asynchronous call is still waiting for it when they build the plan
+import time
+if r == p - 1:
+    time.sleep(0.3)
+w = comm.allreduce(np.full(8, r + 1, np.float32), async_op=True)
+grown = comm.allreduce(np.ones(3 << 20, np.float32))
+assert (grown == p).all() and (w.wait() == p * (p + 1) // 2).all(), w.wait()
 print(f"rank {r}: ok", flush=True)
 """
 

@@ -250,15 +250,9 @@ def nccl_trees(topology, channels: int) -> list[Tree]:
     domain_trees = double_binary_tree(D)
     if getattr(topology, "placed", False):
         return _placed_nccl_trees(topology, channels, domain_trees)
-    d = np.repeat(np.arange(D, dtype=np.int64), G)
-    j = np.tile(np.arange(G, dtype=np.int64), D)
 
     def channel_tree(c: int) -> Tree:
-        tr = domain_trees[c % 2]
-        h = (c // 2) % G
-        q = (j - h) % G  # position in the domain's chain, head first
-        parent = np.where(q > 0, d * G + (j - 1) % G, np.where(tr.parent[d] >= 0, tr.parent[d] * G + h, -1))
-        return Tree.from_parents(parent, max_children=3)
+        return chain_tree(domain_trees[c % 2], G, (c // 2) % G)
 
     # a channel's tree depends on its domain tree and head only: the builds of several channel counts (NCCL's
     # fewer channels for small calls) share them
@@ -278,6 +272,39 @@ def nccl_trees(topology, channels: int) -> list[Tree]:
 
 
 _CHANNEL_TREES: dict[int, tuple] = {}  # per topology (a few): NCCL's tree of each (domain tree, head)
+
+
+def chain_tree(domain_tree: Tree, G: int, h: int) -> Tree:
+    """NCCL's tree of one channel over D domains of G GPUs (rank d G + j is GPU j of domain d): in each domain
+    a chain from its head, GPU h, through GPUs h + 1, h + 2, ... (mod G), and the heads linked as `domain_tree`
+    links the domains. Tree.from_parents of its parents, the same arrays, written down from that shape rather
+    than found level by level: a GPU at chain position q > 0 (q = (j - h) mod G) of domain d has depth
+    depth_d + q, height G - 1 - q and the next GPU of the chain as its one child (none at q = G - 1); a head has
+    depth depth_d, height G - 1 + height_d, and as children the next GPU of its chain (G > 1) and the heads of
+    the domain's children, in increasing order."""
+    D = int(domain_tree.parent.size)
+    cols = np.arange(G, dtype=np.int64)
+    q = (cols - h) % G  # each GPU's position in its domain's chain, head first
+    base = np.arange(D, dtype=np.int64)[:, None] * G  # (D, G) arrays below: rank d G + j at [d, j]
+    up = domain_tree.parent
+    parent = base + (cols - 1) % G
+    parent[:, h] = np.where(up >= 0, up * G + h, -1)
+    depth = domain_tree.depth[:, None] + q
+    height = np.repeat((G - 1 - q)[None, :], D, axis=0)
+    height[:, h] = G - 1 + domain_tree.height
+    children = np.full((D, G, 3), -1, dtype=np.int64)
+    chain = np.flatnonzero((q > 0) & (q < G - 1))
+    children[:, chain, 0] = base + (chain + 1) % G
+    heads = base[:, 0] + h
+    below = np.where(domain_tree.children >= 0, domain_tree.children * G + h, -1)  # (D, 2) child heads
+    nxt = heads - h + (h + 1) % G if G > 1 else np.full(D, -1, np.int64)  # the head's chain successor
+    cand = np.concatenate([nxt[:, None], below], axis=1)
+    # increasing, absent children (-1) last
+    big = np.iinfo(np.int64).max
+    cand = np.sort(np.where(cand >= 0, cand, big), axis=1)
+    children[:, h] = np.where(cand == big, -1, cand)
+    parent, children, height, depth = parent.ravel(), children.reshape(D * G, 3), height.ravel(), depth.ravel()
+    return Tree(parent, children, height, depth)
 
 
 def _placed_nccl_trees(topology, channels: int, domain_trees: list[Tree]) -> list[Tree]:

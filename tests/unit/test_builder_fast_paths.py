@@ -3,7 +3,8 @@
 A tree's depths and heights come level by level from the root (double_binary_tree.Tree.from_parents), a SHARP
 forest's parents by a sorted lookup (sharp.build_forest), a lane's members are put in order by scattering them
 to their slots (_pipeline._member_order), and NCCL's tree of a channel and its lanes are built once per cluster
-and shared by the builds of several channel counts (double_binary_tree.nccl_trees, build_double_binary_tree). Each test compares the shortcut with its
+and shared by the builds of several channel counts (double_binary_tree.nccl_trees, build_double_binary_tree), the
+channel tree written down from its shape (double_binary_tree.chain_tree). Each test compares the shortcut with its
 general form element by element.
 """
 
@@ -12,7 +13,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from collectives.algorithms import _pipeline
-from collectives.algorithms.double_binary_tree import Tree, btree_parents, double_binary_tree, nccl_trees
+from collectives.algorithms.double_binary_tree import (
+    Tree,
+    btree_parents,
+    chain_tree,
+    double_binary_tree,
+    nccl_trees,
+)
 from collectives.algorithms.sharp import build_forest
 
 from collectives.topology import preset
@@ -87,6 +94,21 @@ def test_channel_trees_are_shared_and_built_alike():
         assert np.array_equal(tree.parent, parent)
         children, depth, height = _walked(parent, 3)
         assert np.array_equal(tree.children, children) and np.array_equal(tree.height, height)
+
+
+@pytest.mark.parametrize("D,G", [(1, 1), (1, 5), (2, 1), (3, 2), (7, 3), (12, 4)])
+def test_chain_tree_is_the_tree_of_its_parents(D, G):
+    """chain_tree writes NCCL's channel tree down from its shape: the arrays Tree.from_parents finds."""
+    d, j = np.repeat(np.arange(D), G), np.tile(np.arange(G), D)
+    for tr in double_binary_tree(D):
+        for h in range(G):
+            tree = chain_tree(tr, G, h)
+            parent = np.where((j - h) % G > 0, d * G + (j - 1) % G,
+                              np.where(tr.parent[d] >= 0, tr.parent[d] * G + h, -1))
+            ref = Tree.from_parents(parent, max_children=3)
+            for field in ("parent", "children", "height", "depth"):
+                got, want = getattr(tree, field), getattr(ref, field)
+                assert got.dtype == want.dtype and np.array_equal(got, want), (D, G, h, field)
 
 
 def test_forest_parents_are_each_trees_parent_map():

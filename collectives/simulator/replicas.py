@@ -107,23 +107,48 @@ def _tables(topo) -> tuple[np.ndarray, np.ndarray, bool]:
 
 
 def _kinds(rows: list[np.ndarray]) -> np.ndarray:
-    """Per domain (row of each (D, c) array in `rows`): the first domain whose rows are all equal to its own,
-    by a hash of each row, then checked element by element (a hash collision would fail the check: -1)."""
-    D, c = rows[0].shape
+    """Per domain (row of each (D, c_i) array in `rows`): the first domain whose rows are all equal to its own,
+    by a hash of each row, then checked element by element against that first domain (a hash collision would
+    fail the check: -1)."""
+    D = rows[0].shape[0]
     rng = np.random.default_rng(0x5EED)
     h = np.zeros(D, np.uint64)
     with np.errstate(over="ignore"):
         for x in rows:
-            h = h * np.uint64(0x9E3779B97F4A7C15) + (x.view(np.uint64) @ rng.integers(1, 2 ** 63, c, np.uint64))
+            h = h * np.uint64(0x9E3779B97F4A7C15) + (x.view(np.uint64) @ rng.integers(1, 2 ** 63, x.shape[1],
+                                                                                       np.uint64))
     _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
     rep = first[inverse]
     copy = np.flatnonzero(rep != np.arange(D))
-    step = max(1, (1 << 22) // max(c, 1))  # domains compared at a time (a few million elements)
-    for lo in range(0, copy.size, step):
-        at = copy[lo:lo + step]
-        if not all(bool((x[at] == x[rep[at]]).all()) for x in rows):
-            return np.full(D, -1, np.int64)
+    if copy.size == 0:
+        return rep
+    # the copies kind by kind, each compared with its kind's first domain (broadcast), a few million elements at
+    # a time; consecutive copies (every domain alike) as a view
+    by_kind = copy[np.argsort(rep[copy], kind="stable")]
+    cuts = np.flatnonzero(np.r_[True, rep[by_kind[1:]] != rep[by_kind[:-1]], True]).tolist()
+    step = max(1, (1 << 22) // max(sum(x.shape[1] for x in rows), 1))
+    for lo_k, hi_k in zip(cuts[:-1], cuts[1:], strict=True):
+        k = int(rep[by_kind[lo_k]])
+        for lo in range(lo_k, hi_k, step):
+            at = by_kind[lo:min(lo + step, hi_k)]
+            a, b = int(at[0]), int(at[-1]) + 1
+            sel = slice(a, b) if b - a == at.size else at
+            if not all(bool((x[sel] == x[k]).all()) for x in rows):
+                return np.full(D, -1, np.int64)
     return rep
+
+
+def _domain_runs(dom: np.ndarray, D: int) -> list[tuple[int, int]] | None:
+    """The runs of `dom` (the domains of the in-domain messages, in message order) when each run lists every
+    domain equally often in increasing order, as a lane over members in order does: (start, end) of each; else
+    None. Row d of P (domain d's messages in their order) is then each run's block of domain d, run after run."""
+    cut = (np.flatnonzero(dom[1:] < dom[:-1]) + 1).tolist()
+    runs = list(zip([0] + cut, cut + [dom.size], strict=True))
+    ids = np.arange(D, dtype=dom.dtype)[:, None]
+    for a, b in runs:
+        if (b - a) % D or not bool((dom[a:b].reshape(D, -1) == ids).all()):
+            return None
+    return runs
 
 
 # the least share of a pipeline's messages the copies must be for the shortcut to pay for its checks
@@ -150,26 +175,40 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
     if pos.size < MIN_DROPPED * src.size or pos.size % D:
         return None
     dom = ds[pos]
-    if not np.array_equal(np.bincount(dom, minlength=D), np.full(D, pos.size // D)):
-        return None
-    # each domain's in-domain messages in their order, domain by domain: row d of P is domain d's (a stable
-    # sort of the domains, which lanes list in order: runs that the sort merges)
-    order = np.argsort(dom, kind="stable")
-    at = pos[order]  # the in-domain messages domain by domain, each domain's in their order
-    P = at.reshape(D, -1)
-    # a message's ends within the domain and its stage in one integer (as 64-bit words, with the chunks), laid
-    # out domain by domain
+    del ds
     top = int(lag.max()) + 1 if lag.size else 1
     if (G + 1) ** 2 * top >= 2 ** 62 or (lag.size and int(lag.min()) < 0):
         return None
-    to = dst[at]
-    rows = [((place[src[at]].astype(np.int64) * (G + 1) + place[to]) * top + lag[at]).reshape(D, -1),
-            units[at].reshape(D, -1)]
+    reduced = None
     if rn.size:  # what each in-domain receiver reduces in the round (its reduction time's share); -1: nothing
         size = max(int(rn.max()) + 1, N + D)
         reduced = np.where(np.bincount(rn, minlength=size) > 0, np.bincount(rn, weights=ru, minlength=size), -1.0)
-        rows.append(reduced[to].reshape(D, -1))
-    del to, at
+    # per in-domain message, read in message order: its ends within the domain and its stage in one integer (as
+    # 64-bit words), its chunks and its receiver's reduction
+    to = dst[pos]
+    fields = [(place[src[pos]].astype(np.int64) * (G + 1) + place[to]) * top + lag[pos], units[pos]]
+    if reduced is not None:
+        fields.append(reduced[to])
+    del to
+    # laid out domain by domain, each domain's messages in their order: row d of P is domain d's. Lanes list
+    # their members in order, so the messages are runs over every domain in order (_domain_runs): the runs'
+    # (D, c_r) blocks side by side; otherwise a stable sort of the domains (the same rows)
+    runs = _domain_runs(dom, D)
+    if runs is None:
+        if not np.array_equal(np.bincount(dom, minlength=D), np.full(D, pos.size // D)):
+            return None
+        order = np.argsort(dom, kind="stable")
+        P = pos[order].reshape(D, -1)
+        rows = [x[order].reshape(D, -1) for x in fields]
+        del order
+    else:
+        def laid(x):
+            blocks = [x[a:b].reshape(D, -1) for a, b in runs]
+            return blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=1)
+
+        P = laid(pos)
+        rows = [laid(x) for x in fields]
+    del fields
     rep = _kinds(rows)
     del rows
     copy = np.flatnonzero(rep != np.arange(D))

@@ -165,3 +165,31 @@ def test_messages_between_domains_on_nvlink_are_caught(monkeypatch):
     between = np.flatnonzero(~rep.local[hops.fidx])
     hl[between[0]] = 0  # a PXN-like hop over rank 0's NVLink
     assert not rep.separate(hops.fidx, hl)
+
+
+@pytest.mark.parametrize("name", ["hierarchical", "nvls_tree", "double_binary_tree"])
+def test_messages_in_runs_lay_out_as_the_sort_does(monkeypatch, name):
+    """Lanes list members in order: each run of in-domain messages over every domain in order is laid out as
+    its (D, c) block (replicas._domain_runs); a stable sort of the messages' domains gives the same Replicas."""
+    monkeypatch.setattr(replicas, "MIN_DROPPED", 0.0)
+    topology = preset("gb200-nvl72", racks=16, gpus_per_domain=2) if name == "double_binary_tree" else _symmetric()
+    rules, f, lag = _stage_flows(topology, name)
+    seen = []
+    real = replicas._domain_runs
+    monkeypatch.setattr(replicas, "_domain_runs", lambda dom, D: seen.append(real(dom, D)) or seen[-1])
+    runs = replicas.domain_replicas(rules, f, lag, True)
+    monkeypatch.setattr(replicas, "_domain_runs", lambda dom, D: None)
+    sort = replicas.domain_replicas(rules, f, lag, True)
+    assert runs is not None and sort is not None
+    for field in ("kept", "originals", "dropped", "copies", "local"):
+        assert np.array_equal(getattr(runs, field), getattr(sort, field)), field
+    assert runs.kinds == sort.kinds
+    if name != "double_binary_tree":  # NVLS stages: every lane over all domains (a tree's chains are not)
+        assert seen and seen[0] is not None
+
+
+def test_domain_runs_need_every_domain_in_order():
+    dom = np.array([0, 0, 1, 1, 2, 2, 0, 1, 2])
+    assert replicas._domain_runs(dom, 3) == [(0, 6), (6, 9)]
+    assert replicas._domain_runs(np.array([0, 1, 1, 2, 0, 1, 2, 2]), 3) is None  # unequal counts in a run
+    assert replicas._domain_runs(np.array([0, 2, 0, 1]), 3) is None  # a run missing a domain

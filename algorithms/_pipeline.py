@@ -106,22 +106,40 @@ def _stable_order(keys: np.ndarray) -> np.ndarray:
 
 
 class _Indexed:
-    """A lane with its members also sorted by lag, so the members busy in round t are one slice."""
+    """A lane with its members also sorted by lag, so the members busy in round t are one slice. The order is
+    found on the first `busy` call: the analytic simulator's bulk model of a huge pipeline reads its stages
+    (`info["stages"]`) and never a round's members, so it never sorts them."""
 
     def __init__(self, ln: Lane) -> None:
         self.lane = ln
-        if ln.size and int(ln.lags.min()) == int(ln.lags.max()):  # one lag (most lanes): already in order
-            self.by_lag, self.sorted_lags = np.arange(ln.size, dtype=np.int64), ln.lags
-        else:
-            self.by_lag = _stable_order(ln.lags)
-            self.sorted_lags = ln.lags[self.by_lag]
+        self._order: tuple[np.ndarray, np.ndarray] | None = None
+
+    def _by_lag(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._order is None:
+            ln = self.lane
+            if ln.size and int(ln.lags.min()) == int(ln.lags.max()):  # one lag (most lanes): already in order
+                self._order = np.arange(ln.size, dtype=np.int64), ln.lags
+            else:
+                by_lag = _stable_order(ln.lags)
+                self._order = by_lag, ln.lags[by_lag]
+        return self._order
+
+    @property
+    def by_lag(self) -> np.ndarray:
+        """Positions of the lane's members in increasing lag (stable)."""
+        return self._by_lag()[0]
+
+    @property
+    def sorted_lags(self) -> np.ndarray:
+        return self._by_lag()[1]
 
     def busy(self, t: int, pieces: int) -> np.ndarray:
         """Positions (into the lane's members) of the members working on a piece in round t."""
         per = self.lane.period
-        lo = np.searchsorted(self.sorted_lags, t - per * (pieces - 1), side="left")
-        hi = np.searchsorted(self.sorted_lags, t, side="right")
-        at = self.by_lag[lo:hi]
+        by_lag, sorted_lags = self._by_lag()
+        lo = np.searchsorted(sorted_lags, t - per * (pieces - 1), side="left")
+        hi = np.searchsorted(sorted_lags, t, side="right")
+        at = by_lag[lo:hi]
         if per > 1:
             at = at[(t - self.lane.lags[at]) % per == 0]
         return at

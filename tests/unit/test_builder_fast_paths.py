@@ -231,3 +231,19 @@ def test_stable_order_is_a_stable_argsort(top):
     keys = np.random.default_rng(top).integers(0, top, 5000)
     keys[:3] = top - 1
     assert np.array_equal(_pipeline._stable_order(keys), np.argsort(keys, kind="stable"))
+
+
+def test_lanes_are_sorted_by_lag_when_a_round_reads_them(monkeypatch):
+    """A pipeline's lanes are sorted by lag on the first round that reads its busy members: the analytic bulk
+    model (a huge cluster, here a small one above a lowered limit) reads the stages only and sorts none."""
+    from collectives.simulate import simulate
+    from collectives.simulator import analytic
+
+    monkeypatch.setattr(analytic, "DATAFLOW_MAX_NODES", 0)
+    topo = preset("gb200-nvl72", racks=6, gpus_per_domain=4)
+    _pipeline._INDEX.clear()
+    simulate("double_binary_tree", topo, 1 << 20, mode="analytic")
+    indexed = [ix for _, (indexed, _, _) in _pipeline._INDEX.values() for ix in indexed]
+    assert indexed and all(ix._order is None for ix in indexed)
+    many = next(ix for ix in indexed if np.unique(ix.lane.lags).size > 1)
+    assert np.array_equal(many.by_lag, np.argsort(many.lane.lags, kind="stable")) and many._order is not None

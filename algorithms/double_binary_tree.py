@@ -197,16 +197,22 @@ def _replicas(tree: Tree, members) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
         members.ravel()
 
 
+def _member_of(members: np.ndarray, rep: np.ndarray):
+    """x -> the member playing tree node x[i] in replica rep[i] (-1 where x < 0); one replica (NCCL's trees over
+    all ranks) reads its one row of members."""
+    if members.shape[0] == 1:
+        row = members[0]
+        return lambda x: np.where(x >= 0, row[np.maximum(x, 0)], -1)
+    return lambda x: np.where(x >= 0, members[rep, np.maximum(x, 0)], -1)
+
+
 def tree_up_lanes(tree: Tree, members, data, lag: int = 0) -> list[Lane]:
     """The reduction up `tree`, replicated: `members[r, node]` plays tree node `node` in replica r, `data(k, r)`
     is the chunk range replica r moves for piece k. A node of height h sends piece k to its parent in round
     k + lag + h; the parent reduce-receives it in that round (its children are all lower), so the root holds
     piece k reduced after round k + lag + H - 1."""
     members, rep, node, me = _replicas(tree, members)
-
-    def of(x):  # member of tree node x in each replica, -1 where x < 0
-        return np.where(x >= 0, members[rep, np.maximum(x, 0)], -1)
-
+    of = _member_of(members, rep)
     chunks = lambda k, at: data(k, rep[at])  # noqa: E731
     lanes = []
     for j in range(tree.children.shape[1]):  # each child's copy in the round it sends it
@@ -220,10 +226,7 @@ def tree_down_lanes(tree: Tree, members, data, start: int) -> list[Lane]:
     """The broadcast down `tree` from its root, replicated as in tree_up_lanes: a node of depth d receives
     piece k from its parent in round k + start + d - 1 and sends it to its children in the next."""
     members, rep, node, me = _replicas(tree, members)
-
-    def of(x):
-        return np.where(x >= 0, members[rep, np.maximum(x, 0)], -1)
-
+    of = _member_of(members, rep)
     chunks = lambda k, at: data(k, rep[at])  # noqa: E731
     lanes = [lane(recv, me, of(tree.parent[node]), start + tree.depth[node] - 1, chunks)]
     for j in range(tree.children.shape[1]):

@@ -156,11 +156,27 @@ class Hops:
     replicas: object = None
 
 
+PATH_BLOCK = 1 << 16  # flows whose paths are found at a time: a block's temporaries stay in the CPU's caches
+
+
 def _paths(rules: CostRules, src: np.ndarray, dst: np.ndarray) -> tuple:
     """The messages' hops (flow-major, so each flow's hops are contiguous), their links' bandwidth, latency
-    and tier, and each path's latency: what a round's costing needs of its (src, dst) pairs alone."""
+    and tier, and each path's latency: what a round's costing needs of its (src, dst) pairs alone. Many flows
+    are taken PATH_BLOCK at a time (a path depends on its own flow only, and a path's latency adds its own hops
+    in order: the same arrays)."""
     F = src.size
     topo = rules.topology
+    if F > PATH_BLOCK and hasattr(topo, "hop_list") and hasattr(topo, "link_attributes"):
+        firsts = range(0, F, PATH_BLOCK)
+        try:
+            blocks = [_paths(rules, src[lo:lo + PATH_BLOCK], dst[lo:lo + PATH_BLOCK]) for lo in firsts]
+        except ValueError:
+            blocks = None  # a pair without a path: the error as all the flows at once report it, below
+        if blocks is not None:
+            hops = np.cumsum([0] + [b[1].size for b in blocks]).tolist()
+            fidx = np.concatenate([b[0] + lo for b, lo in zip(blocks, firsts, strict=True)])
+            starts = np.concatenate([b[6] + h for b, h in zip(blocks, hops, strict=False)])
+            return (fidx, *(np.concatenate([b[i] for b in blocks]) for i in range(1, 6)), starts)
     if not F:
         fidx = hl = np.zeros(0, np.int64)
     elif hasattr(topo, "hop_list"):

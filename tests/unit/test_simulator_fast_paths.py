@@ -275,3 +275,29 @@ def test_top_node_is_the_arrays_max_while_it_lives():
     for k in range(300):  # arrays that die and whose ids numpy may hand out again: never a stale maximum
         b = np.full((2, 3), k, np.int64)
         assert flows.top_node(b) == k
+
+
+def test_paths_block_by_block_are_all_at_once(monkeypatch):
+    """flows._paths takes many flows PATH_BLOCK at a time: the same hops, attributes, path latencies and
+    starts as all at once (every pair of ranks, and ranks to and from their NVSwitch and leaf), and the same
+    error for a pair without a path."""
+    topo = preset("gb200-nvl72", racks=3, gpus_per_domain=4)
+    rules = CostRules(topo, "float32", 1 << 20, "Simple")
+    ranks = np.arange(topo.world_size)
+    s, d = (x.ravel() for x in np.meshgrid(ranks, ranks, indexing="ij"))
+    s = np.concatenate([s, ranks, topo.nvswitch_of(ranks), ranks, topo.leaf_of(ranks)])
+    d = np.concatenate([d, topo.nvswitch_of(ranks), ranks, topo.leaf_of(ranks), ranks])
+    whole = flows._paths(rules, s, d)
+    monkeypatch.setattr(flows, "PATH_BLOCK", 37)
+    blocked = flows._paths(rules, s, d)
+    for a, b in zip(blocked, whole, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    nvs = topo.nvswitch_of(np.array([0, topo.world_size - 1]))
+    bad = np.r_[s, nvs[0]], np.r_[d, nvs[1]]  # two domains' NVSwitches: no link joins them
+    monkeypatch.setattr(flows, "PATH_BLOCK", 1 << 30)
+    with pytest.raises(ValueError) as all_at_once:
+        flows._paths(rules, *bad)
+    monkeypatch.setattr(flows, "PATH_BLOCK", 37)
+    with pytest.raises(ValueError) as by_block:
+        flows._paths(rules, *bad)
+    assert str(by_block.value) == str(all_at_once.value)

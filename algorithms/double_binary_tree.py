@@ -197,13 +197,17 @@ def _replicas(tree: Tree, members) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
         members.ravel()
 
 
-def _member_of(members: np.ndarray, rep: np.ndarray):
-    """x -> the member playing tree node x[i] in replica rep[i] (-1 where x < 0); one replica (NCCL's trees over
-    all ranks) reads its one row of members."""
-    if members.shape[0] == 1:
-        row = members[0]
-        return lambda x: np.where(x >= 0, row[np.maximum(x, 0)], -1)
-    return lambda x: np.where(x >= 0, members[rep, np.maximum(x, 0)], -1)
+def _peer_lane(kind, members: np.ndarray, rep: np.ndarray, node: np.ndarray, me: np.ndarray, peer: np.ndarray,
+               lags, data) -> Lane:
+    """lane(kind, me, the member playing tree node peer[i] in replica rep[i], lags, data's chunks) over the
+    positions with a peer (peer >= 0) only, taken out before the members are mapped: the lane lane() makes
+    of every position (the same members, peers, lags and chunk ranges), at the cost of the positions kept.
+    `lags(at)` gives the kept positions' lags."""
+    at = np.flatnonzero(peer >= 0)
+    x, r = peer[at], rep[at]
+    # one replica (NCCL's trees over all ranks) reads its one row of members
+    mapped = members[0][x] if members.shape[0] == 1 else members[r, x]
+    return lane(kind, me[at], mapped, lags(at), lambda k, pos: data(k, r[pos]))
 
 
 def tree_up_lanes(tree: Tree, members, data, lag: int = 0) -> list[Lane]:
@@ -212,13 +216,13 @@ def tree_up_lanes(tree: Tree, members, data, lag: int = 0) -> list[Lane]:
     k + lag + h; the parent reduce-receives it in that round (its children are all lower), so the root holds
     piece k reduced after round k + lag + H - 1."""
     members, rep, node, me = _replicas(tree, members)
-    of = _member_of(members, rep)
-    chunks = lambda k, at: data(k, rep[at])  # noqa: E731
     lanes = []
     for j in range(tree.children.shape[1]):  # each child's copy in the round it sends it
         child = tree.children[node, j]
-        lanes.append(lane(recv_reduce, me, of(child), lag + tree.height[np.maximum(child, 0)], chunks))
-    lanes.append(lane(send, me, of(tree.parent[node]), lag + tree.height[node], chunks))
+        lanes.append(_peer_lane(recv_reduce, members, rep, node, me, child,
+                                lambda at, child=child: lag + tree.height[child[at]], data))
+    lanes.append(_peer_lane(send, members, rep, node, me, tree.parent[node],
+                            lambda at: lag + tree.height[node[at]], data))
     return lanes
 
 
@@ -226,11 +230,11 @@ def tree_down_lanes(tree: Tree, members, data, start: int) -> list[Lane]:
     """The broadcast down `tree` from its root, replicated as in tree_up_lanes: a node of depth d receives
     piece k from its parent in round k + start + d - 1 and sends it to its children in the next."""
     members, rep, node, me = _replicas(tree, members)
-    of = _member_of(members, rep)
-    chunks = lambda k, at: data(k, rep[at])  # noqa: E731
-    lanes = [lane(recv, me, of(tree.parent[node]), start + tree.depth[node] - 1, chunks)]
+    lanes = [_peer_lane(recv, members, rep, node, me, tree.parent[node],
+                        lambda at: start + tree.depth[node[at]] - 1, data)]
     for j in range(tree.children.shape[1]):
-        lanes.append(lane(send, me, of(tree.children[node, j]), start + tree.depth[node], chunks))
+        lanes.append(_peer_lane(send, members, rep, node, me, tree.children[node, j],
+                                lambda at: start + tree.depth[node[at]], data))
     return lanes
 
 

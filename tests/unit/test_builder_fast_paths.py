@@ -187,6 +187,47 @@ def test_replicated_tree_lanes_node_by_node_are_those_replica_by_replica(monkeyp
     assert _same_lanes(fast, dbt.tree_lanes(tree, members, data, 0))
 
 
+def _every_position_tree_lanes(tree, members, data, lag, start):
+    """tree_up_lanes + tree_down_lanes in their general form: a lane over every position, lane() leaving out
+    those without a peer."""
+    from collectives.algorithms import double_binary_tree as dbt
+
+    from collectives.schedule import recv, recv_reduce, send
+
+    members, rep, node, me = dbt._replicas(tree, members)
+    of = lambda x: np.where(x >= 0, members[rep, np.maximum(x, 0)], -1)  # noqa: E731
+    chunks = lambda k, at: data(k, rep[at])  # noqa: E731
+    lane = _pipeline.lane
+    up = [lane(recv_reduce, me, of(tree.children[node, j]),
+               lag + tree.height[np.maximum(tree.children[node, j], 0)], chunks)
+          for j in range(tree.children.shape[1])]
+    up.append(lane(send, me, of(tree.parent[node]), lag + tree.height[node], chunks))
+    down = [lane(recv, me, of(tree.parent[node]), start + tree.depth[node] - 1, chunks)]
+    down += [lane(send, me, of(tree.children[node, j]), start + tree.depth[node], chunks)
+             for j in range(tree.children.shape[1])]
+    return up + down
+
+
+@pytest.mark.parametrize("replicas", [1, 4])
+def test_tree_lanes_over_positions_with_a_peer_are_every_positions(replicas):
+    """tree_up_lanes and tree_down_lanes take out the positions without a peer before mapping them to members:
+    the lanes of every position (members, peers, lags, chunk ranges), for NCCL's channel tree over all ranks
+    (one replica) and a tree over domains on each GPU of a domain (replicas, in order or not)."""
+    from collectives.algorithms import double_binary_tree as dbt
+
+    data = lambda k, r: (k * 8 + r, 1 + r % 2)  # noqa: E731
+    if replicas == 1:
+        tree = chain_tree(double_binary_tree(5)[1], 3, 1)
+        layouts = [np.arange(15, dtype=np.int64)[None, :]]
+    else:
+        tree = double_binary_tree(6)[0]
+        by_gpu = np.arange(6 * replicas, dtype=np.int64).reshape(6, replicas).T  # in order node by node
+        layouts = [by_gpu, by_gpu[:, ::-1].copy()]  # and a layout whose members are not in order
+    for members in layouts:
+        fast = dbt.tree_up_lanes(tree, members, data, 2) + dbt.tree_down_lanes(tree, members, data, 9)
+        assert _same_lanes(fast, _every_position_tree_lanes(tree, members, data, 2, 9))
+
+
 def test_channel_lanes_are_shared_and_take_each_counts_chunks(monkeypatch):
     """NCCL's tree lanes of a channel are laid out once per cluster and shared by the builds of several channel
     counts, each with its own chunk ids (piece * channels + channel): every count's lanes are those a fresh

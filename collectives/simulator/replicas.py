@@ -184,12 +184,17 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
         size = max(int(rn.max()) + 1, N + D)
         reduced = np.where(np.bincount(rn, minlength=size) > 0, np.bincount(rn, weights=ru, minlength=size), -1.0)
     # per in-domain message, read in message order: its ends within the domain and its stage in one integer (as
-    # 64-bit words), its chunks and its receiver's reduction
+    # 64-bit words), its chunks and its receiver's reduction; a field with one value for all of them tells no
+    # domain from another, and is left out
     to = dst[pos]
-    fields = [(place[src[pos]].astype(np.int64) * (G + 1) + place[to]) * top + lag[pos], units[pos]]
-    if reduced is not None:
-        fields.append(reduced[to])
-    del to
+    code = place[src[pos]].astype(np.int64)
+    code *= G + 1
+    code += place[to]
+    code *= top
+    code += lag[pos]
+    fields = [code, units[pos]] + ([] if reduced is None else [reduced[to]])
+    del to, code
+    fields = fields[:1] + [x for x in fields[1:] if not float(x.min()) == float(x.max())]
     # laid out domain by domain, each domain's messages in their order: row d of P is domain d's. Lanes list
     # their members in order, so the messages are runs over every domain in order (_domain_runs): the runs'
     # (D, c_r) blocks side by side; otherwise a stable sort of the domains (the same rows)

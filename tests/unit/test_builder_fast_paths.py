@@ -288,3 +288,16 @@ def test_lanes_are_sorted_by_lag_when_a_round_reads_them(monkeypatch):
     assert indexed and all(ix._order is None for ix in indexed)
     many = next(ix for ix in indexed if np.unique(ix.lane.lags).size > 1)
     assert np.array_equal(many.by_lag, np.argsort(many.lane.lags, kind="stable")) and many._order is not None
+
+
+def test_index_of_is_searchsorted():
+    """sharp._index_of looks members up in a table: np.searchsorted's answer, also where a node is no member or
+    the members repeat (the search then answers)."""
+    from collectives.algorithms.sharp import _index_of
+
+    rng = np.random.default_rng(5)
+    members = np.unique(rng.integers(0, 5000, 3000))
+    node = rng.choice(members, 4000)
+    for m, x in ((members, node), (members, np.r_[node, members[-1] + 1]), (members, np.r_[node, 1 + members[0]]),
+                 (np.sort(np.r_[members, members[:9]]), node)):
+        assert np.array_equal(_index_of(m, x), np.searchsorted(m, x))

@@ -302,7 +302,7 @@ def _stage_hops(rules: CostRules, phase, info: dict):
             srcs.append(of(m)), dsts.append(of(peer)), units.append(n), lags.append(lag)
         elif kind == OpKind.RECV_REDUCE:
             rn.append(of(m)), ru.append(n)
-    cat = lambda xs, dt: np.concatenate(xs).astype(dt, copy=False) if xs else np.zeros(0, dt)  # noqa: E731
+    cat = lambda xs, dt: np.concatenate(xs, dtype=dt, casting="unsafe") if xs else np.zeros(0, dt)  # noqa: E731
     flows = (cat(srcs, np.int64), cat(dsts, np.int64), cat(units, np.float64), cat(rn, np.int64),
              cat(ru, np.float64))
     # the paths do not depend on the piece count (only the chunk counts do): the topology's cache shares them

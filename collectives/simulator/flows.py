@@ -122,7 +122,7 @@ def round_flows(phase, rnd, it: int, blocks: list[np.ndarray] | None = None) -> 
             v = groups[:, m].ravel()
             ok = v >= 0
             red_nodes.append(v[ok]), red_units.append(u[ok])
-    cat = lambda xs, dt: np.concatenate(xs).astype(dt, copy=False) if xs else np.zeros(0, dt)  # noqa: E731
+    cat = lambda xs, dt: np.concatenate(xs, dtype=dt, casting="unsafe") if xs else np.zeros(0, dt)  # noqa: E731
     return (cat(srcs, np.int64), cat(dsts, np.int64), cat(units, np.float64), cat(red_nodes, np.int64),
             cat(red_units, np.float64))
 

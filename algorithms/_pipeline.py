@@ -64,7 +64,8 @@ def lane(kind: Callable, members, peers, lags, chunks: ChunkRange, period: int =
     """A lane over `members` (arrays, or scalars broadcast); members whose peer is < 0 are left out. `chunks`
     is called with positions into the members as given (before members without a peer are dropped)."""
     members, peers, lags = (np.atleast_1d(np.asarray(x, np.int64)) for x in (members, peers, lags))
-    members, peers, lags = np.broadcast_arrays(members, peers, lags)
+    if not members.shape == peers.shape == lags.shape:  # (alike shapes: broadcasting gives the arrays as given)
+        members, peers, lags = np.broadcast_arrays(members, peers, lags)
     if bool((peers >= 0).all()) and (members.size < 2 or bool((members[1:] >= members[:-1]).all())):
         # every member kept, already in order (most lanes): the arrays as given (broadcast ones written out)
         members, peers, lags = (np.ascontiguousarray(x) for x in (members, peers, lags))

@@ -124,7 +124,7 @@ def build_forest(trees: list, nodes=None) -> Forest:
     order = np.argsort(key, kind="stable")
     has = parent_node >= 0
     parent = np.full(node.size, -1, np.int64)
-    want = np.searchsorted(members, parent_node[has]) * len(trees) + tree[has]
+    want = _index_of(members, parent_node[has]) * len(trees) + tree[has]
     parent[has] = order[np.searchsorted(key[order], want)]
     assert np.all(level[parent[has]] == level[has] + 1), "SHARP trees are balanced"
     # position among the parent's children (children in vertex order), slot among the member's vertices
@@ -134,7 +134,7 @@ def build_forest(trees: list, nodes=None) -> Forest:
         by_parent = kids[np.argsort(parent[kids], kind="stable")]
         starts = np.r_[0, np.flatnonzero(np.diff(parent[by_parent])) + 1]
         position[by_parent] = np.arange(by_parent.size) - np.repeat(starts, np.diff(np.r_[starts, by_parent.size]))
-    by_member = np.argsort(member * len(trees) + tree, kind="stable")
+    by_member = order  # the vertices by (member, tree): the parents' order above
     sorted_member = member[by_member]  # each member's run: its first position (np.searchsorted's answer)
     runs = np.flatnonzero(np.r_[True, sorted_member[1:] != sorted_member[:-1]])
     first = np.repeat(runs, np.diff(np.r_[runs, sorted_member.size]))

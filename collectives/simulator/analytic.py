@@ -293,9 +293,14 @@ def _stage_hops(rules: CostRules, phase, info: dict):
     if hit is not None and hit[0] is rules.topology and hit[2] is info["lanes"]:  # ids are reused: check objects
         return hit[1]
     node = phase.groups[0]
-    # members numbered as their nodes (a pipeline over all nodes in order): members stand for themselves
-    same = node.dtype == np.int64 and np.array_equal(node, np.arange(node.size))
-    of = (lambda m: m) if same else (lambda m: node[m])  # noqa: E731
+    # members numbered as their nodes (a pipeline over all nodes in order, or over the ranks and domain switches
+    # first, then some fabric switches): members below `same` stand for themselves, others are looked up
+    off = np.flatnonzero(node != np.arange(node.size)) if node.dtype == np.int64 else np.zeros(1, np.int64)
+    same = int(off[0]) if off.size else node.size
+
+    def of(m):
+        return m if not m.size or int(m.max()) < same else node[m]
+
     srcs, dsts, units, lags, rn, ru = [], [], [], [], [], []
     for kind, m, peer, lag, n in info["stages"]():
         if kind == OpKind.SEND:

@@ -193,3 +193,23 @@ def test_domain_runs_need_every_domain_in_order():
     assert replicas._domain_runs(dom, 3) == [(0, 6), (6, 9)]
     assert replicas._domain_runs(np.array([0, 1, 1, 2, 0, 1, 2, 2]), 3) is None  # unequal counts in a run
     assert replicas._domain_runs(np.array([0, 2, 0, 1]), 3) is None  # a run missing a domain
+
+
+@pytest.mark.parametrize("name", ["hierarchical", "nvls_tree", "double_binary_tree"])
+def test_stage_hops_gather_each_members_node(monkeypatch, name):
+    """analytic._stage_hops takes a member below the first that is not its own node id as that id (ranks and
+    domain switches before a hierarchical pipeline's fabric switches) and looks the others up: the messages
+    and stages every member's node gives."""
+    monkeypatch.setattr(replicas, "domain_replicas", lambda *a: None)  # every message kept, in order
+    # 160 one-GPU racks: SHARP's trees use some of the fabric's switches, members after the ranks
+    topology = preset("gb200-nvl72", racks=160, gpus_per_domain=1) if name == "hierarchical" else _symmetric()
+    rules, f, lag = _stage_flows(topology, name)
+    sched = build_schedule(name, topology, "allreduce", count_for("allreduce", 64 << 20, topology.world_size, 4))
+    phase = next(ph for ph in sched.phases if getattr(ph.rounds[0].slots, "pipeline", None))
+    if name == "hierarchical":
+        node = phase.groups[0]
+        assert not np.array_equal(node, np.arange(node.size)), "fabric switches among the members"
+    analytic._STAGES.clear()
+    hops, got_lag = analytic._stage_hops(rules, phase, phase.rounds[0].slots.pipeline)
+    assert np.array_equal(hops.src, f[0]) and np.array_equal(hops.dst, f[1]) and np.array_equal(got_lag, lag)
+    assert np.array_equal(hops.units, f[2]) and np.array_equal(hops.rn, np.unique(f[3]))

@@ -20,6 +20,7 @@ whose lag puts them inside the pipeline (and the slot functions offer those busy
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -343,9 +344,25 @@ def pipelined_phase(name: str, nodes: np.ndarray, table: ChunkTable, lanes: list
     if periodic:  # rounds differ with t mod period: one non-uniform pattern
         rounds = [Round(_offset(slots, busy_lanes, 0), repeats=top + pieces if pieces else 0, name=name,
                         window=window)]
-        return Phase(name, nodes[None, :], table, rounds)
-    return Phase(name, nodes[None, :], table,
+        return Phase(name, _row(nodes), table, rounds)
+    return Phase(name, _row(nodes), table,
                  _pipeline_rounds(slots, busy_lanes, top + 1, pieces, name, window, info))
+
+
+def _row(nodes: np.ndarray) -> np.ndarray:
+    """nodes[None, :], one view per nodes array while it lives: the builds of a sweep's sizes over one member
+    array share their phases' groups (the simulator keeps what it derives from a groups array per array)."""
+    hit = _ROWS.get(id(nodes))
+    if hit is not None and hit[0]() is nodes:
+        return hit[1]
+    row = nodes[None, :]
+    if len(_ROWS) >= MEMO_MAX:
+        _ROWS.pop(next(iter(_ROWS)))
+    _ROWS[id(nodes)] = (weakref.ref(nodes), row)
+    return row
+
+
+_ROWS: dict[int, tuple] = {}
 
 
 def _offset(slots, busy_lanes, lo: int, info: dict | None = None):

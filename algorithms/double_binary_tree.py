@@ -404,6 +404,8 @@ def build_double_binary_tree(collective: str, world_size: int, count: int, *, ro
         return lanes
 
     lanes = memo(topology, ("nccl_tree", C), stages)
+    # one member array for the cluster: the builds of a sweep's sizes share their phases' groups
+    ranks = memo(topology, ("ranks", p), lambda: np.arange(p, dtype=np.int64))
     phase = pipelined_phase("NCCL tree (chains in domains, double binary tree across)", ranks,
                             ChunkTable.whole(count, c, C), lanes, c, piece_invariant=True)
     return Schedule("double_binary_tree", collective, p, count, [phase], params=params, topology=topology)

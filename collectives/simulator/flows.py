@@ -24,12 +24,23 @@ def member_blocks(phase, world_size: int | None) -> list[np.ndarray] | None:
 
     In-network slot functions compute their many child lanes over the switch members of the array they are
     given only, so evaluating the two blocks apart avoids rank-sized work per child lane."""
-    if world_size is None or phase.groups.size == 0:
+    groups = phase.groups
+    if world_size is None or groups.size == 0 or top_node(groups) < world_size:  # (no switch among them)
         return None
-    col_switch = (phase.groups >= world_size).any(axis=0)
-    if col_switch.all() or not col_switch.any():
-        return None
-    return [np.flatnonzero(~col_switch), np.flatnonzero(col_switch)]
+    # kept per array while it lives, as top_node: a sweep's builds share their phases' member arrays
+    hit = _BLOCKS.get((id(groups), world_size))
+    if hit is not None and hit[0]() is groups:
+        return hit[1]
+    col_switch = (groups >= world_size).any(axis=0)
+    blocks = None if col_switch.all() or not col_switch.any() else \
+        [np.flatnonzero(~col_switch), np.flatnonzero(col_switch)]
+    if len(_BLOCKS) >= 64:
+        _BLOCKS.pop(next(iter(_BLOCKS)))
+    _BLOCKS[(id(groups), world_size)] = (weakref.ref(groups), blocks)
+    return blocks
+
+
+_BLOCKS: dict[tuple, tuple] = {}
 
 
 def top_node(groups: np.ndarray) -> int:

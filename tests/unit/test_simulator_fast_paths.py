@@ -301,3 +301,26 @@ def test_paths_block_by_block_are_all_at_once(monkeypatch):
     with pytest.raises(ValueError) as by_block:
         flows._paths(rules, *bad)
     assert str(by_block.value) == str(all_at_once.value)
+
+
+def test_member_blocks_kept_per_array_and_world_size():
+    """flows.member_blocks is kept per groups array (while it lives) and world size: another array, or the same
+    one split at another world size, gets its own answer; a phase's groups over one member array are one view
+    (_pipeline._row), so the builds of a sweep's sizes share it."""
+    from types import SimpleNamespace
+
+    from collectives.algorithms import _pipeline
+
+    nodes = np.arange(12, dtype=np.int64)
+    row = _pipeline._row(nodes)
+    assert _pipeline._row(nodes) is row and _pipeline._row(nodes.copy()) is not row
+    phase = SimpleNamespace(groups=row)
+    assert flows.member_blocks(phase, 12) is None  # every member a rank
+    ranks, switches = flows.member_blocks(phase, 8)
+    assert np.array_equal(ranks, np.arange(8)) and np.array_equal(switches, np.arange(8, 12))
+    assert flows.member_blocks(phase, 8)[1] is switches  # kept
+    again = flows.member_blocks(phase, 10)
+    assert np.array_equal(again[1], [10, 11])
+    other = SimpleNamespace(groups=np.array([[0, 1, 20, 21, 22]], np.int64))
+    assert np.array_equal(flows.member_blocks(other, 8)[1], [2, 3, 4])
+    assert flows.member_blocks(SimpleNamespace(groups=np.full((1, 3), 30, np.int64)), 8) is None  # all switches

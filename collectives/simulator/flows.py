@@ -266,15 +266,14 @@ def flow_hops(rules: CostRules, flows: tuple, cache: PathCache | None = None, sh
     flows, which start together) instead of its link's total (a pipeline's stages priced at once)."""
     src, dst, u, rn, ru = flows
     F = src.size
-    topo = rules.topology
     fidx, hl, raw_bw, hop_lat, hop_tier, lat, starts = (cache.get if cache else
                                                         lambda r, a, b: _paths(r, a, b))(rules, src, dst)
     if hl.size:
         uh = u[fidx]
-        # chunks on each hop's link: over all links when the hops are many, over the links used when few
-        # (the same sums, in the same order)
-        if 8 * hl.size >= topo.num_links:
-            hop_load = np.bincount(hl, weights=uh, minlength=topo.num_links)[hl]
+        # chunks on each hop's link: over the links up to the highest used when the hops are many, over the
+        # links used when few (the same sums, in the same order)
+        if 8 * hl.size > int(hl.max()):
+            hop_load = np.bincount(hl, weights=uh)[hl]
         else:
             _, inv = np.unique(hl, return_inverse=True)
             hop_load = np.bincount(inv, weights=uh)[inv]

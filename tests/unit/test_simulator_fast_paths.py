@@ -324,3 +324,22 @@ def test_member_blocks_kept_per_array_and_world_size():
     other = SimpleNamespace(groups=np.array([[0, 1, 20, 21, 22]], np.int64))
     assert np.array_equal(flows.member_blocks(other, 8)[1], [2, 3, 4])
     assert flows.member_blocks(SimpleNamespace(groups=np.full((1, 3), 30, np.int64)), 8) is None  # all switches
+
+
+@pytest.mark.parametrize("pairs,many", [(6, False), (2000, True)])
+def test_hop_loads_are_each_links_sum_in_flow_order(pairs, many):
+    """flow_hops' chunks per link (a bincount up to the highest link used where the hops are many, over the
+    links used where they are few): each hop's link's sum of its flows' chunks, added in the flows' order."""
+    topo = preset("gb300-nvl72", racks=64, gpus_per_domain=4)
+    rules = CostRules(topo, "float32", 1 << 20, "Simple")
+    rng = np.random.default_rng(pairs)
+    src, dst = rng.integers(0, topo.world_size, (2, pairs))
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    units = rng.integers(1, 9, src.size).astype(np.float64) / 3
+    hops = flows.flow_hops(rules, (src, dst, units, np.zeros(0, np.int64), np.zeros(0)))
+    assert (8 * hops.hl.size > int(hops.hl.max())) == many  # which of the two ways
+    total: dict[int, float] = {}
+    for link, u in zip(hops.hl.tolist(), units[hops.fidx].tolist(), strict=True):
+        total[link] = total.get(link, 0.0) + u
+    assert hops.hop_load.tolist() == [total[link] for link in hops.hl.tolist()]

@@ -97,6 +97,11 @@ def _lanes(rnd, blocks: list[np.ndarray], it: int):
     return out
 
 
+def _members_are_nodes(groups: np.ndarray) -> bool:
+    """One group whose members are nodes 0..M-1 (a ring over all ranks): each member stands for its node."""
+    return groups.shape[0] == 1 and np.array_equal(groups[0], np.arange(groups.shape[1]))
+
+
 def round_flows(phase, rnd, it: int, blocks: list[np.ndarray] | None = None) -> tuple[np.ndarray, ...]:
     """(src, dst, chunks) of every message of one round iteration, and (node, chunks) of every reduction.
 
@@ -121,18 +126,22 @@ def round_flows(phase, rnd, it: int, blocks: list[np.ndarray] | None = None) -> 
             m = np.flatnonzero(peer >= 0)
             lanes.append((slot.kind, m, peer[m], n[m]))
     srcs, dsts, units, red_nodes, red_units = [], [], [], [], []
+    node = (lambda x: x) if _members_are_nodes(groups) else (lambda x: groups[:, x].ravel())  # noqa: E731
+    keep = lambda x, ok, every: x if every else x[ok]  # noqa: E731  (every member kept: the array as it is)
     for kind, m, peer, n in lanes:
         if kind == OpKind.RECV or m.size == 0:
             continue
         u = np.broadcast_to(n.astype(np.float64), (G, m.size)).ravel()
         if kind == OpKind.SEND:
-            s, d = groups[:, m].ravel(), groups[:, peer].ravel()
+            s, d = node(m), node(peer)
             ok = (s >= 0) & (d >= 0)
-            srcs.append(s[ok]), dsts.append(d[ok]), units.append(u[ok])
+            every = bool(ok.all())
+            srcs.append(keep(s, ok, every)), dsts.append(keep(d, ok, every)), units.append(keep(u, ok, every))
         else:  # RECV_REDUCE: the receiver reduces n chunks
-            v = groups[:, m].ravel()
+            v = node(m)
             ok = v >= 0
-            red_nodes.append(v[ok]), red_units.append(u[ok])
+            every = bool(ok.all())
+            red_nodes.append(keep(v, ok, every)), red_units.append(keep(u, ok, every))
     cat = lambda xs, dt: np.concatenate(xs, dtype=dt, casting="unsafe") if xs else np.zeros(0, dt)  # noqa: E731
     return (cat(srcs, np.int64), cat(dsts, np.int64), cat(units, np.float64), cat(red_nodes, np.int64),
             cat(red_units, np.float64))

@@ -343,3 +343,22 @@ def test_hop_loads_are_each_links_sum_in_flow_order(pairs, many):
     for link, u in zip(hops.hl.tolist(), units[hops.fidx].tolist(), strict=True):
         total[link] = total.get(link, 0.0) + u
     assert hops.hop_load.tolist() == [total[link] for link in hops.hl.tolist()]
+
+
+@pytest.mark.parametrize("name", ["ring", "nvls_tree", "double_binary_tree"])
+def test_round_flows_of_members_that_are_their_nodes(monkeypatch, name):
+    """flows.round_flows takes a single group over nodes 0..M-1 member for node, and keeps a lane's arrays as
+    they are when every message of it is kept: the flows of looking every member up."""
+    topo = preset("gb200-nvl72", racks=3, gpus_per_domain=4)
+    sched = build_schedule(name, topo, "allreduce", count_for("allreduce", 1 << 20, topo.world_size, 4))
+    fast, general = [], []
+    for ph in sched.phases:
+        for rnd in ph.rounds:
+            fast.append(flows.round_flows(ph, rnd, 0, flows.member_blocks(ph, topo.world_size)))
+    monkeypatch.setattr(flows, "_members_are_nodes", lambda groups: False)
+    for ph in sched.phases:
+        for rnd in ph.rounds:
+            general.append(flows.round_flows(ph, rnd, 0, flows.member_blocks(ph, topo.world_size)))
+    assert any(f[0].size for f in fast)
+    for a, b in zip(fast, general, strict=True):
+        assert all(x.dtype == y.dtype and np.array_equal(x, y) for x, y in zip(a, b, strict=True))

@@ -197,17 +197,27 @@ def _replicas(tree: Tree, members) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
         members.ravel()
 
 
-def _peer_lane(kind, members: np.ndarray, rep: np.ndarray, node: np.ndarray, me: np.ndarray, peer: np.ndarray,
-               lags, data) -> Lane:
+def _peer_lane(kind, members: np.ndarray, rep: np.ndarray, me: np.ndarray, peer: np.ndarray, lags, data) -> Lane:
     """lane(kind, me, the member playing tree node peer[i] in replica rep[i], lags, data's chunks) over the
     positions with a peer (peer >= 0) only, taken out before the members are mapped: the lane lane() makes
     of every position (the same members, peers, lags and chunk ranges), at the cost of the positions kept.
     `lags(at)` gives the kept positions' lags."""
     at = np.flatnonzero(peer >= 0)
-    x, r = peer[at], rep[at]
-    # one replica (NCCL's trees over all ranks) reads its one row of members
-    mapped = members[0][x] if members.shape[0] == 1 else members[r, x]
+    x = peer[at]
+    if members.shape[0] == 1:  # one replica (NCCL's trees over all ranks): its one row of members
+        r, mapped = np.zeros(at.size, np.int64), members[0][x]
+    else:
+        r = rep[at]
+        mapped = members[r, x]
     return lane(kind, me[at], mapped, lags(at), lambda k, pos: data(k, r[pos]))
+
+
+def _positions(tree: Tree, members):
+    """_replicas(tree, members) and the tree's per-node arrays at each lane position (`of`: a per-node array at
+    the positions); one replica's positions are the tree's nodes in order, whose arrays are read as they are."""
+    members, rep, node, me = _replicas(tree, members)
+    of = (lambda a: a) if members.shape[0] == 1 else (lambda a: a[node])  # noqa: E731
+    return members, rep, me, of
 
 
 def tree_up_lanes(tree: Tree, members, data, lag: int = 0) -> list[Lane]:
@@ -215,26 +225,25 @@ def tree_up_lanes(tree: Tree, members, data, lag: int = 0) -> list[Lane]:
     is the chunk range replica r moves for piece k. A node of height h sends piece k to its parent in round
     k + lag + h; the parent reduce-receives it in that round (its children are all lower), so the root holds
     piece k reduced after round k + lag + H - 1."""
-    members, rep, node, me = _replicas(tree, members)
+    members, rep, me, of = _positions(tree, members)
+    height, children = of(tree.height), of(tree.children)
     lanes = []
-    for j in range(tree.children.shape[1]):  # each child's copy in the round it sends it
-        child = tree.children[node, j]
-        lanes.append(_peer_lane(recv_reduce, members, rep, node, me, child,
+    for j in range(children.shape[1]):  # each child's copy in the round it sends it
+        child = children[:, j]
+        lanes.append(_peer_lane(recv_reduce, members, rep, me, child,
                                 lambda at, child=child: lag + tree.height[child[at]], data))
-    lanes.append(_peer_lane(send, members, rep, node, me, tree.parent[node],
-                            lambda at: lag + tree.height[node[at]], data))
+    lanes.append(_peer_lane(send, members, rep, me, of(tree.parent), lambda at: lag + height[at], data))
     return lanes
 
 
 def tree_down_lanes(tree: Tree, members, data, start: int) -> list[Lane]:
     """The broadcast down `tree` from its root, replicated as in tree_up_lanes: a node of depth d receives
     piece k from its parent in round k + start + d - 1 and sends it to its children in the next."""
-    members, rep, node, me = _replicas(tree, members)
-    lanes = [_peer_lane(recv, members, rep, node, me, tree.parent[node],
-                        lambda at: start + tree.depth[node[at]] - 1, data)]
-    for j in range(tree.children.shape[1]):
-        lanes.append(_peer_lane(send, members, rep, node, me, tree.children[node, j],
-                                lambda at: start + tree.depth[node[at]], data))
+    members, rep, me, of = _positions(tree, members)
+    depth, children = of(tree.depth), of(tree.children)
+    lanes = [_peer_lane(recv, members, rep, me, of(tree.parent), lambda at: start + depth[at] - 1, data)]
+    for j in range(children.shape[1]):
+        lanes.append(_peer_lane(send, members, rep, me, children[:, j], lambda at: start + depth[at], data))
     return lanes
 
 

@@ -219,7 +219,13 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
     copy = np.flatnonzero(rep != np.arange(D))
     if rep[0] < 0 or copy.size == 0 or copy.size * P.shape[1] < MIN_DROPPED * src.size:
         return None
-    originals, dropped = P[rep[copy]], P[copy]
+    # consecutive copies of one kind (every domain alike but the first): a view of P and its first row, not
+    # gathers of every copy's row
+    consecutive = int(copy[-1]) - int(copy[0]) + 1 == copy.size
+    dropped = P[int(copy[0]):int(copy[-1]) + 1] if consecutive else P[copy]
+    first = rep[copy]
+    one_kind = bool((first == first[0]).all())
+    originals = np.broadcast_to(P[int(first[0])], dropped.shape) if one_kind else P[first]
     if not bool((dropped > originals).all()):  # an original comes before its copies
         return None
     keep = np.ones(src.size, bool)

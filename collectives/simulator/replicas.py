@@ -207,8 +207,18 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
         rows = [x[order].reshape(D, -1) for x in fields]
         del order
     else:
+        # consecutive runs of one width w (m of them) are one (m, D, w) block, read domain by domain
+        spans, i = [], 0
+        while i < len(runs):
+            w, j = (runs[i][1] - runs[i][0]) // D, i + 1
+            while j < len(runs) and (runs[j][1] - runs[j][0]) // D == w:
+                j += 1
+            spans.append((runs[i][0], runs[j - 1][1], j - i, w))
+            i = j
+
         def laid(x):
-            blocks = [x[a:b].reshape(D, -1) for a, b in runs]
+            blocks = [x[a:b].reshape(m, D, w)[0] if m == 1 else
+                      x[a:b].reshape(m, D, w).transpose(1, 0, 2).reshape(D, m * w) for a, b, m, w in spans]
             return blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=1)
 
         P = laid(pos)

@@ -350,8 +350,9 @@ def pipelined_phase(name: str, nodes: np.ndarray, table: ChunkTable, lanes: list
 
 
 def _row(nodes: np.ndarray) -> np.ndarray:
-    """nodes[None, :], one view per nodes array while it lives: the builds of a sweep's sizes over one member
-    array share their phases' groups (the simulator keeps what it derives from a groups array per array)."""
+    """nodes[None, :], one view per nodes array: the builds of a sweep's sizes over one member array share their
+    phases' groups (the simulator keeps what it derives from a groups array per array). A kept view keeps its
+    member array alive: the most recent MEMO_MAX arrays, which the builders' memos keep alive anyway."""
     hit = _ROWS.get(id(nodes))
     if hit is not None and hit[0]() is nodes:
         return hit[1]

@@ -201,11 +201,22 @@ def _sat_limit(topology, trees) -> str | None:
     sh = topology.sharp
     if sh.max_sat_flows is not None and len(trees) > sh.max_sat_flows:
         return f"{len(trees)} SAT flows needed, {sh.generation} runs at most {sh.max_sat_flows} in parallel"
-    if sh.sat_scope == "switch" and len(trees) > 1:
-        sw = np.concatenate([t.switches for t in trees])
-        if np.unique(sw).size < sw.size:
-            return f"one active SAT tree per switch ({sh.generation}), and the trees share switches"
+    if sh.sat_scope == "switch" and len(trees) > 1 and _share_switches(topology, trees):
+        return f"one active SAT tree per switch ({sh.generation}), and the trees share switches"
     return None
+
+
+def _share_switches(topology, trees) -> bool:
+    """Whether two of `trees` share a switch; kept per trees list (a builder's memo keeps one list per cluster,
+    which every size of a sweep asks about)."""
+    from ._pipeline import memo
+
+    def share() -> bool:
+        sw = np.concatenate([t.switches for t in trees])
+        return bool(np.unique(sw).size < sw.size)
+
+    kept, answer = memo(topology, ("trees share switches", id(trees)), lambda: (trees, share()))
+    return answer if kept is trees else share()  # (an id reused by another list: asked afresh)
 
 
 __all__ = ["check_topology", "default_fallback", "fall_back", "fallback_schedule", "finish", "itemsize",

@@ -20,6 +20,7 @@ whose lag puts them inside the pipeline (and the slot functions offer those busy
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -64,7 +65,8 @@ def lane(kind: Callable, members, peers, lags, chunks: ChunkRange, period: int =
     """A lane over `members` (arrays, or scalars broadcast); members whose peer is < 0 are left out. `chunks`
     is called with positions into the members as given (before members without a peer are dropped)."""
     members, peers, lags = (np.atleast_1d(np.asarray(x, np.int64)) for x in (members, peers, lags))
-    members, peers, lags = np.broadcast_arrays(members, peers, lags)
+    if not members.shape == peers.shape == lags.shape:  # (alike shapes: broadcasting gives the arrays as given)
+        members, peers, lags = np.broadcast_arrays(members, peers, lags)
     if bool((peers >= 0).all()) and (members.size < 2 or bool((members[1:] >= members[:-1]).all())):
         # every member kept, already in order (most lanes): the arrays as given (broadcast ones written out)
         members, peers, lags = (np.ascontiguousarray(x) for x in (members, peers, lags))
@@ -106,22 +108,40 @@ def _stable_order(keys: np.ndarray) -> np.ndarray:
 
 
 class _Indexed:
-    """A lane with its members also sorted by lag, so the members busy in round t are one slice."""
+    """A lane with its members also sorted by lag, so the members busy in round t are one slice. The order is
+    found on the first `busy` call: the analytic simulator's bulk model of a huge pipeline reads its stages
+    (`info["stages"]`) and never a round's members, so it never sorts them."""
 
     def __init__(self, ln: Lane) -> None:
         self.lane = ln
-        if ln.size and int(ln.lags.min()) == int(ln.lags.max()):  # one lag (most lanes): already in order
-            self.by_lag, self.sorted_lags = np.arange(ln.size, dtype=np.int64), ln.lags
-        else:
-            self.by_lag = _stable_order(ln.lags)
-            self.sorted_lags = ln.lags[self.by_lag]
+        self._order: tuple[np.ndarray, np.ndarray] | None = None
+
+    def _by_lag(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._order is None:
+            ln = self.lane
+            if ln.size and int(ln.lags.min()) == int(ln.lags.max()):  # one lag (most lanes): already in order
+                self._order = np.arange(ln.size, dtype=np.int64), ln.lags
+            else:
+                by_lag = _stable_order(ln.lags)
+                self._order = by_lag, ln.lags[by_lag]
+        return self._order
+
+    @property
+    def by_lag(self) -> np.ndarray:
+        """Positions of the lane's members in increasing lag (stable)."""
+        return self._by_lag()[0]
+
+    @property
+    def sorted_lags(self) -> np.ndarray:
+        return self._by_lag()[1]
 
     def busy(self, t: int, pieces: int) -> np.ndarray:
         """Positions (into the lane's members) of the members working on a piece in round t."""
         per = self.lane.period
-        lo = np.searchsorted(self.sorted_lags, t - per * (pieces - 1), side="left")
-        hi = np.searchsorted(self.sorted_lags, t, side="right")
-        at = self.by_lag[lo:hi]
+        by_lag, sorted_lags = self._by_lag()
+        lo = np.searchsorted(sorted_lags, t - per * (pieces - 1), side="left")
+        hi = np.searchsorted(sorted_lags, t, side="right")
+        at = by_lag[lo:hi]
         if per > 1:
             at = at[(t - self.lane.lags[at]) % per == 0]
         return at
@@ -324,9 +344,26 @@ def pipelined_phase(name: str, nodes: np.ndarray, table: ChunkTable, lanes: list
     if periodic:  # rounds differ with t mod period: one non-uniform pattern
         rounds = [Round(_offset(slots, busy_lanes, 0), repeats=top + pieces if pieces else 0, name=name,
                         window=window)]
-        return Phase(name, nodes[None, :], table, rounds)
-    return Phase(name, nodes[None, :], table,
+        return Phase(name, _row(nodes), table, rounds)
+    return Phase(name, _row(nodes), table,
                  _pipeline_rounds(slots, busy_lanes, top + 1, pieces, name, window, info))
+
+
+def _row(nodes: np.ndarray) -> np.ndarray:
+    """nodes[None, :], one view per nodes array: the builds of a sweep's sizes over one member array share their
+    phases' groups (the simulator keeps what it derives from a groups array per array). A kept view keeps its
+    member array alive: the most recent MEMO_MAX arrays, which the builders' memos keep alive anyway."""
+    hit = _ROWS.get(id(nodes))
+    if hit is not None and hit[0]() is nodes:
+        return hit[1]
+    row = nodes[None, :]
+    if len(_ROWS) >= MEMO_MAX:
+        _ROWS.pop(next(iter(_ROWS)))
+    _ROWS[id(nodes)] = (weakref.ref(nodes), row)
+    return row
+
+
+_ROWS: dict[int, tuple] = {}
 
 
 def _offset(slots, busy_lanes, lo: int, info: dict | None = None):

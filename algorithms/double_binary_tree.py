@@ -197,37 +197,53 @@ def _replicas(tree: Tree, members) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
         members.ravel()
 
 
+def _peer_lane(kind, members: np.ndarray, rep: np.ndarray, me: np.ndarray, peer: np.ndarray, lags, data) -> Lane:
+    """lane(kind, me, the member playing tree node peer[i] in replica rep[i], lags, data's chunks) over the
+    positions with a peer (peer >= 0) only, taken out before the members are mapped: the lane lane() makes
+    of every position (the same members, peers, lags and chunk ranges), at the cost of the positions kept.
+    `lags(at)` gives the kept positions' lags."""
+    at = np.flatnonzero(peer >= 0)
+    x = peer[at]
+    if members.shape[0] == 1:  # one replica (NCCL's trees over all ranks): its one row of members
+        r, mapped = np.zeros(at.size, np.int64), members[0][x]
+    else:
+        r = rep[at]
+        mapped = members[r, x]
+    return lane(kind, me[at], mapped, lags(at), lambda k, pos: data(k, r[pos]))
+
+
+def _positions(tree: Tree, members):
+    """_replicas(tree, members) and the tree's per-node arrays at each lane position (`of`: a per-node array at
+    the positions); one replica's positions are the tree's nodes in order, whose arrays are read as they are."""
+    members, rep, node, me = _replicas(tree, members)
+    of = (lambda a: a) if members.shape[0] == 1 else (lambda a: a[node])  # noqa: E731
+    return members, rep, me, of
+
+
 def tree_up_lanes(tree: Tree, members, data, lag: int = 0) -> list[Lane]:
     """The reduction up `tree`, replicated: `members[r, node]` plays tree node `node` in replica r, `data(k, r)`
     is the chunk range replica r moves for piece k. A node of height h sends piece k to its parent in round
     k + lag + h; the parent reduce-receives it in that round (its children are all lower), so the root holds
     piece k reduced after round k + lag + H - 1."""
-    members, rep, node, me = _replicas(tree, members)
-
-    def of(x):  # member of tree node x in each replica, -1 where x < 0
-        return np.where(x >= 0, members[rep, np.maximum(x, 0)], -1)
-
-    chunks = lambda k, at: data(k, rep[at])  # noqa: E731
+    members, rep, me, of = _positions(tree, members)
+    height, children = of(tree.height), of(tree.children)
     lanes = []
-    for j in range(tree.children.shape[1]):  # each child's copy in the round it sends it
-        child = tree.children[node, j]
-        lanes.append(lane(recv_reduce, me, of(child), lag + tree.height[np.maximum(child, 0)], chunks))
-    lanes.append(lane(send, me, of(tree.parent[node]), lag + tree.height[node], chunks))
+    for j in range(children.shape[1]):  # each child's copy in the round it sends it
+        child = children[:, j]
+        lanes.append(_peer_lane(recv_reduce, members, rep, me, child,
+                                lambda at, child=child: lag + tree.height[child[at]], data))
+    lanes.append(_peer_lane(send, members, rep, me, of(tree.parent), lambda at: lag + height[at], data))
     return lanes
 
 
 def tree_down_lanes(tree: Tree, members, data, start: int) -> list[Lane]:
     """The broadcast down `tree` from its root, replicated as in tree_up_lanes: a node of depth d receives
     piece k from its parent in round k + start + d - 1 and sends it to its children in the next."""
-    members, rep, node, me = _replicas(tree, members)
-
-    def of(x):
-        return np.where(x >= 0, members[rep, np.maximum(x, 0)], -1)
-
-    chunks = lambda k, at: data(k, rep[at])  # noqa: E731
-    lanes = [lane(recv, me, of(tree.parent[node]), start + tree.depth[node] - 1, chunks)]
-    for j in range(tree.children.shape[1]):
-        lanes.append(lane(send, me, of(tree.children[node, j]), start + tree.depth[node], chunks))
+    members, rep, me, of = _positions(tree, members)
+    depth, children = of(tree.depth), of(tree.children)
+    lanes = [_peer_lane(recv, members, rep, me, of(tree.parent), lambda at: start + depth[at] - 1, data)]
+    for j in range(children.shape[1]):
+        lanes.append(_peer_lane(send, members, rep, me, children[:, j], lambda at: start + depth[at], data))
     return lanes
 
 
@@ -250,15 +266,9 @@ def nccl_trees(topology, channels: int) -> list[Tree]:
     domain_trees = double_binary_tree(D)
     if getattr(topology, "placed", False):
         return _placed_nccl_trees(topology, channels, domain_trees)
-    d = np.repeat(np.arange(D, dtype=np.int64), G)
-    j = np.tile(np.arange(G, dtype=np.int64), D)
 
     def channel_tree(c: int) -> Tree:
-        tr = domain_trees[c % 2]
-        h = (c // 2) % G
-        q = (j - h) % G  # position in the domain's chain, head first
-        parent = np.where(q > 0, d * G + (j - 1) % G, np.where(tr.parent[d] >= 0, tr.parent[d] * G + h, -1))
-        return Tree.from_parents(parent, max_children=3)
+        return chain_tree(domain_trees[c % 2], G, (c // 2) % G)
 
     # a channel's tree depends on its domain tree and head only: the builds of several channel counts (NCCL's
     # fewer channels for small calls) share them
@@ -278,6 +288,39 @@ def nccl_trees(topology, channels: int) -> list[Tree]:
 
 
 _CHANNEL_TREES: dict[int, tuple] = {}  # per topology (a few): NCCL's tree of each (domain tree, head)
+
+
+def chain_tree(domain_tree: Tree, G: int, h: int) -> Tree:
+    """NCCL's tree of one channel over D domains of G GPUs (rank d G + j is GPU j of domain d): in each domain
+    a chain from its head, GPU h, through GPUs h + 1, h + 2, ... (mod G), and the heads linked as `domain_tree`
+    links the domains. Tree.from_parents of its parents, the same arrays, written down from that shape rather
+    than found level by level: a GPU at chain position q > 0 (q = (j - h) mod G) of domain d has depth
+    depth_d + q, height G - 1 - q and the next GPU of the chain as its one child (none at q = G - 1); a head has
+    depth depth_d, height G - 1 + height_d, and as children the next GPU of its chain (G > 1) and the heads of
+    the domain's children, in increasing order."""
+    D = int(domain_tree.parent.size)
+    cols = np.arange(G, dtype=np.int64)
+    q = (cols - h) % G  # each GPU's position in its domain's chain, head first
+    base = np.arange(D, dtype=np.int64)[:, None] * G  # (D, G) arrays below: rank d G + j at [d, j]
+    up = domain_tree.parent
+    parent = base + (cols - 1) % G
+    parent[:, h] = np.where(up >= 0, up * G + h, -1)
+    depth = domain_tree.depth[:, None] + q
+    height = np.repeat((G - 1 - q)[None, :], D, axis=0)
+    height[:, h] = G - 1 + domain_tree.height
+    children = np.full((D, G, 3), -1, dtype=np.int64)
+    chain = np.flatnonzero((q > 0) & (q < G - 1))
+    children[:, chain, 0] = base + (chain + 1) % G
+    heads = base[:, 0] + h
+    below = np.where(domain_tree.children >= 0, domain_tree.children * G + h, -1)  # (D, 2) child heads
+    nxt = heads - h + (h + 1) % G if G > 1 else np.full(D, -1, np.int64)  # the head's chain successor
+    cand = np.concatenate([nxt[:, None], below], axis=1)
+    # increasing, absent children (-1) last
+    big = np.iinfo(np.int64).max
+    cand = np.sort(np.where(cand >= 0, cand, big), axis=1)
+    children[:, h] = np.where(cand == big, -1, cand)
+    parent, children, height, depth = parent.ravel(), children.reshape(D * G, 3), height.ravel(), depth.ravel()
+    return Tree(parent, children, height, depth)
 
 
 def _placed_nccl_trees(topology, channels: int, domain_trees: list[Tree]) -> list[Tree]:
@@ -370,6 +413,8 @@ def build_double_binary_tree(collective: str, world_size: int, count: int, *, ro
         return lanes
 
     lanes = memo(topology, ("nccl_tree", C), stages)
+    # one member array for the cluster: the builds of a sweep's sizes share their phases' groups
+    ranks = memo(topology, ("ranks", p), lambda: np.arange(p, dtype=np.int64))
     phase = pipelined_phase("NCCL tree (chains in domains, double binary tree across)", ranks,
                             ChunkTable.whole(count, c, C), lanes, c, piece_invariant=True)
     return Schedule("double_binary_tree", collective, p, count, [phase], params=params, topology=topology)

@@ -70,6 +70,21 @@ class Forest:
         return self.depth[self.tree]
 
 
+def _index_of(members: np.ndarray, node: np.ndarray) -> np.ndarray:
+    """np.searchsorted(members, node) for increasing members: by a table of each member's index where the
+    members are distinct node ids below a few times their count and every node is one of them (the same
+    answer), else by the search."""
+    top = int(members[-1]) if members.size else -1
+    if node.size and members.size and int(members[0]) >= 0 and top < 4 * members.size + 1024 and \
+            int(node.min()) >= 0 and int(node.max()) <= top and bool((members[1:] > members[:-1]).all()):
+        table = np.full(top + 1, -1, np.int64)
+        table[members] = np.arange(members.size, dtype=np.int64)
+        out = table[node]
+        if bool((out >= 0).all()):
+            return out
+    return np.searchsorted(members, node)
+
+
 def build_forest(trees: list, nodes=None) -> Forest:
     """The vertices of `trees` (topology.SharpTree, each balanced: level l's children on level l - 1). `nodes`
     (increasing node ids holding every tree node) are the members when the forest is part of a larger phase;
@@ -103,13 +118,13 @@ def build_forest(trees: list, nodes=None) -> Forest:
         found = (at >= 0) & (child[np.maximum(at, 0)] == n) if child.size else np.zeros(n.size, bool)
         parent_node.append(np.where(found, owner[np.maximum(at, 0)] if child.size else -1, -1).astype(np.int64))
     node, tree, level, parent_node = (np.concatenate(x) for x in (node, tree, level, parent_node))
-    member = np.searchsorted(members, node)
+    member = _index_of(members, node)
     # a vertex's parent: the vertex of the parent node in the same tree
     key = member * len(trees) + tree
     order = np.argsort(key, kind="stable")
     has = parent_node >= 0
     parent = np.full(node.size, -1, np.int64)
-    want = np.searchsorted(members, parent_node[has]) * len(trees) + tree[has]
+    want = _index_of(members, parent_node[has]) * len(trees) + tree[has]
     parent[has] = order[np.searchsorted(key[order], want)]
     assert np.all(level[parent[has]] == level[has] + 1), "SHARP trees are balanced"
     # position among the parent's children (children in vertex order), slot among the member's vertices
@@ -119,8 +134,10 @@ def build_forest(trees: list, nodes=None) -> Forest:
         by_parent = kids[np.argsort(parent[kids], kind="stable")]
         starts = np.r_[0, np.flatnonzero(np.diff(parent[by_parent])) + 1]
         position[by_parent] = np.arange(by_parent.size) - np.repeat(starts, np.diff(np.r_[starts, by_parent.size]))
-    by_member = np.argsort(member * len(trees) + tree, kind="stable")
-    first = np.searchsorted(member[by_member], member[by_member])
+    by_member = order  # the vertices by (member, tree): the parents' order above
+    sorted_member = member[by_member]  # each member's run: its first position (np.searchsorted's answer)
+    runs = np.flatnonzero(np.r_[True, sorted_member[1:] != sorted_member[:-1]])
+    first = np.repeat(runs, np.diff(np.r_[runs, sorted_member.size]))
     slot = np.empty(node.size, np.int64)
     slot[by_member] = np.arange(node.size) - first
     return Forest(members, member, tree, level, parent, position, slot, np.array([t.depth for t in trees]))

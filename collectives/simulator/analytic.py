@@ -293,16 +293,21 @@ def _stage_hops(rules: CostRules, phase, info: dict):
     if hit is not None and hit[0] is rules.topology and hit[2] is info["lanes"]:  # ids are reused: check objects
         return hit[1]
     node = phase.groups[0]
-    # members numbered as their nodes (a pipeline over all nodes in order): members stand for themselves
-    same = node.dtype == np.int64 and np.array_equal(node, np.arange(node.size))
-    of = (lambda m: m) if same else (lambda m: node[m])  # noqa: E731
+    # members numbered as their nodes (a pipeline over all nodes in order, or over the ranks and domain switches
+    # first, then some fabric switches): members below `same` stand for themselves, others are looked up
+    off = np.flatnonzero(node != np.arange(node.size)) if node.dtype == np.int64 else np.zeros(1, np.int64)
+    same = int(off[0]) if off.size else node.size
+
+    def of(m):
+        return m if not m.size or int(m.max()) < same else node[m]
+
     srcs, dsts, units, lags, rn, ru = [], [], [], [], [], []
     for kind, m, peer, lag, n in info["stages"]():
         if kind == OpKind.SEND:
             srcs.append(of(m)), dsts.append(of(peer)), units.append(n), lags.append(lag)
         elif kind == OpKind.RECV_REDUCE:
             rn.append(of(m)), ru.append(n)
-    cat = lambda xs, dt: np.concatenate(xs).astype(dt, copy=False) if xs else np.zeros(0, dt)  # noqa: E731
+    cat = lambda xs, dt: np.concatenate(xs, dtype=dt, casting="unsafe") if xs else np.zeros(0, dt)  # noqa: E731
     flows = (cat(srcs, np.int64), cat(dsts, np.int64), cat(units, np.float64), cat(rn, np.int64),
              cat(ru, np.float64))
     # the paths do not depend on the piece count (only the chunk counts do): the topology's cache shares them

@@ -24,12 +24,23 @@ def member_blocks(phase, world_size: int | None) -> list[np.ndarray] | None:
 
     In-network slot functions compute their many child lanes over the switch members of the array they are
     given only, so evaluating the two blocks apart avoids rank-sized work per child lane."""
-    if world_size is None or phase.groups.size == 0:
+    groups = phase.groups
+    if world_size is None or groups.size == 0 or top_node(groups) < world_size:  # (no switch among them)
         return None
-    col_switch = (phase.groups >= world_size).any(axis=0)
-    if col_switch.all() or not col_switch.any():
-        return None
-    return [np.flatnonzero(~col_switch), np.flatnonzero(col_switch)]
+    # kept per array while it lives, as top_node: a sweep's builds share their phases' member arrays
+    hit = _BLOCKS.get((id(groups), world_size))
+    if hit is not None and hit[0]() is groups:
+        return hit[1]
+    col_switch = (groups >= world_size).any(axis=0)
+    blocks = None if col_switch.all() or not col_switch.any() else \
+        [np.flatnonzero(~col_switch), np.flatnonzero(col_switch)]
+    if len(_BLOCKS) >= 64:
+        _BLOCKS.pop(next(iter(_BLOCKS)))
+    _BLOCKS[(id(groups), world_size)] = (weakref.ref(groups), blocks)
+    return blocks
+
+
+_BLOCKS: dict[tuple, tuple] = {}
 
 
 def top_node(groups: np.ndarray) -> int:
@@ -86,6 +97,11 @@ def _lanes(rnd, blocks: list[np.ndarray], it: int):
     return out
 
 
+def _members_are_nodes(groups: np.ndarray) -> bool:
+    """One group whose members are nodes 0..M-1 (a ring over all ranks): each member stands for its node."""
+    return groups.shape[0] == 1 and np.array_equal(groups[0], np.arange(groups.shape[1]))
+
+
 def round_flows(phase, rnd, it: int, blocks: list[np.ndarray] | None = None) -> tuple[np.ndarray, ...]:
     """(src, dst, chunks) of every message of one round iteration, and (node, chunks) of every reduction.
 
@@ -110,19 +126,23 @@ def round_flows(phase, rnd, it: int, blocks: list[np.ndarray] | None = None) -> 
             m = np.flatnonzero(peer >= 0)
             lanes.append((slot.kind, m, peer[m], n[m]))
     srcs, dsts, units, red_nodes, red_units = [], [], [], [], []
+    node = (lambda x: x) if _members_are_nodes(groups) else (lambda x: groups[:, x].ravel())  # noqa: E731
+    keep = lambda x, ok, every: x if every else x[ok]  # noqa: E731  (every member kept: the array as it is)
     for kind, m, peer, n in lanes:
         if kind == OpKind.RECV or m.size == 0:
             continue
         u = np.broadcast_to(n.astype(np.float64), (G, m.size)).ravel()
         if kind == OpKind.SEND:
-            s, d = groups[:, m].ravel(), groups[:, peer].ravel()
+            s, d = node(m), node(peer)
             ok = (s >= 0) & (d >= 0)
-            srcs.append(s[ok]), dsts.append(d[ok]), units.append(u[ok])
+            every = bool(ok.all())
+            srcs.append(keep(s, ok, every)), dsts.append(keep(d, ok, every)), units.append(keep(u, ok, every))
         else:  # RECV_REDUCE: the receiver reduces n chunks
-            v = groups[:, m].ravel()
+            v = node(m)
             ok = v >= 0
-            red_nodes.append(v[ok]), red_units.append(u[ok])
-    cat = lambda xs, dt: np.concatenate(xs).astype(dt, copy=False) if xs else np.zeros(0, dt)  # noqa: E731
+            every = bool(ok.all())
+            red_nodes.append(keep(v, ok, every)), red_units.append(keep(u, ok, every))
+    cat = lambda xs, dt: np.concatenate(xs, dtype=dt, casting="unsafe") if xs else np.zeros(0, dt)  # noqa: E731
     return (cat(srcs, np.int64), cat(dsts, np.int64), cat(units, np.float64), cat(red_nodes, np.int64),
             cat(red_units, np.float64))
 
@@ -156,11 +176,27 @@ class Hops:
     replicas: object = None
 
 
+PATH_BLOCK = 1 << 16  # flows whose paths are found at a time: a block's temporaries stay in the CPU's caches
+
+
 def _paths(rules: CostRules, src: np.ndarray, dst: np.ndarray) -> tuple:
     """The messages' hops (flow-major, so each flow's hops are contiguous), their links' bandwidth, latency
-    and tier, and each path's latency: what a round's costing needs of its (src, dst) pairs alone."""
+    and tier, and each path's latency: what a round's costing needs of its (src, dst) pairs alone. Many flows
+    are taken PATH_BLOCK at a time (a path depends on its own flow only, and a path's latency adds its own hops
+    in order: the same arrays)."""
     F = src.size
     topo = rules.topology
+    if F > PATH_BLOCK and hasattr(topo, "hop_list") and hasattr(topo, "link_attributes"):
+        firsts = range(0, F, PATH_BLOCK)
+        try:
+            blocks = [_paths(rules, src[lo:lo + PATH_BLOCK], dst[lo:lo + PATH_BLOCK]) for lo in firsts]
+        except ValueError:
+            blocks = None  # a pair without a path: the error as all the flows at once report it, below
+        if blocks is not None:
+            hops = np.cumsum([0] + [b[1].size for b in blocks]).tolist()
+            fidx = np.concatenate([b[0] + lo for b, lo in zip(blocks, firsts, strict=True)])
+            starts = np.concatenate([b[6] + h for b, h in zip(blocks, hops, strict=False)])
+            return (fidx, *(np.concatenate([b[i] for b in blocks]) for i in range(1, 6)), starts)
     if not F:
         fidx = hl = np.zeros(0, np.int64)
     elif hasattr(topo, "hop_list"):
@@ -239,15 +275,14 @@ def flow_hops(rules: CostRules, flows: tuple, cache: PathCache | None = None, sh
     flows, which start together) instead of its link's total (a pipeline's stages priced at once)."""
     src, dst, u, rn, ru = flows
     F = src.size
-    topo = rules.topology
     fidx, hl, raw_bw, hop_lat, hop_tier, lat, starts = (cache.get if cache else
                                                         lambda r, a, b: _paths(r, a, b))(rules, src, dst)
     if hl.size:
         uh = u[fidx]
-        # chunks on each hop's link: over all links when the hops are many, over the links used when few
-        # (the same sums, in the same order)
-        if 8 * hl.size >= topo.num_links:
-            hop_load = np.bincount(hl, weights=uh, minlength=topo.num_links)[hl]
+        # chunks on each hop's link: over the links up to the highest used when the hops are many, over the
+        # links used when few (the same sums, in the same order)
+        if 8 * hl.size > int(hl.max()):
+            hop_load = np.bincount(hl, weights=uh)[hl]
         else:
             _, inv = np.unique(hl, return_inverse=True)
             hop_load = np.bincount(inv, weights=uh)[inv]

@@ -107,23 +107,48 @@ def _tables(topo) -> tuple[np.ndarray, np.ndarray, bool]:
 
 
 def _kinds(rows: list[np.ndarray]) -> np.ndarray:
-    """Per domain (row of each (D, c) array in `rows`): the first domain whose rows are all equal to its own,
-    by a hash of each row, then checked element by element (a hash collision would fail the check: -1)."""
-    D, c = rows[0].shape
+    """Per domain (row of each (D, c_i) array in `rows`): the first domain whose rows are all equal to its own,
+    by a hash of each row, then checked element by element against that first domain (a hash collision would
+    fail the check: -1)."""
+    D = rows[0].shape[0]
     rng = np.random.default_rng(0x5EED)
     h = np.zeros(D, np.uint64)
     with np.errstate(over="ignore"):
         for x in rows:
-            h = h * np.uint64(0x9E3779B97F4A7C15) + (x.view(np.uint64) @ rng.integers(1, 2 ** 63, c, np.uint64))
+            h = h * np.uint64(0x9E3779B97F4A7C15) + (x.view(np.uint64) @ rng.integers(1, 2 ** 63, x.shape[1],
+                                                                                       np.uint64))
     _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
     rep = first[inverse]
     copy = np.flatnonzero(rep != np.arange(D))
-    step = max(1, (1 << 22) // max(c, 1))  # domains compared at a time (a few million elements)
-    for lo in range(0, copy.size, step):
-        at = copy[lo:lo + step]
-        if not all(bool((x[at] == x[rep[at]]).all()) for x in rows):
-            return np.full(D, -1, np.int64)
+    if copy.size == 0:
+        return rep
+    # the copies kind by kind, each compared with its kind's first domain (broadcast), a few million elements at
+    # a time; consecutive copies (every domain alike) as a view
+    by_kind = copy[np.argsort(rep[copy], kind="stable")]
+    cuts = np.flatnonzero(np.r_[True, rep[by_kind[1:]] != rep[by_kind[:-1]], True]).tolist()
+    step = max(1, (1 << 22) // max(sum(x.shape[1] for x in rows), 1))
+    for lo_k, hi_k in zip(cuts[:-1], cuts[1:], strict=True):
+        k = int(rep[by_kind[lo_k]])
+        for lo in range(lo_k, hi_k, step):
+            at = by_kind[lo:min(lo + step, hi_k)]
+            a, b = int(at[0]), int(at[-1]) + 1
+            sel = slice(a, b) if b - a == at.size else at
+            if not all(bool((x[sel] == x[k]).all()) for x in rows):
+                return np.full(D, -1, np.int64)
     return rep
+
+
+def _domain_runs(dom: np.ndarray, D: int) -> list[tuple[int, int]] | None:
+    """The runs of `dom` (the domains of the in-domain messages, in message order) when each run lists every
+    domain equally often in increasing order, as a lane over members in order does: (start, end) of each; else
+    None. Row d of P (domain d's messages in their order) is then each run's block of domain d, run after run."""
+    cut = (np.flatnonzero(dom[1:] < dom[:-1]) + 1).tolist()
+    runs = list(zip([0] + cut, cut + [dom.size], strict=True))
+    ids = np.arange(D, dtype=dom.dtype)[:, None]
+    for a, b in runs:
+        if (b - a) % D or not bool((dom[a:b].reshape(D, -1) == ids).all()):
+            return None
+    return runs
 
 
 # the least share of a pipeline's messages the copies must be for the shortcut to pay for its checks
@@ -150,32 +175,67 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
     if pos.size < MIN_DROPPED * src.size or pos.size % D:
         return None
     dom = ds[pos]
-    if not np.array_equal(np.bincount(dom, minlength=D), np.full(D, pos.size // D)):
-        return None
-    # each domain's in-domain messages in their order, domain by domain: row d of P is domain d's (a stable
-    # sort of the domains, which lanes list in order: runs that the sort merges)
-    order = np.argsort(dom, kind="stable")
-    at = pos[order]  # the in-domain messages domain by domain, each domain's in their order
-    P = at.reshape(D, -1)
-    # a message's ends within the domain and its stage in one integer (as 64-bit words, with the chunks), laid
-    # out domain by domain
+    del ds
     top = int(lag.max()) + 1 if lag.size else 1
     if (G + 1) ** 2 * top >= 2 ** 62 or (lag.size and int(lag.min()) < 0):
         return None
-    to = dst[at]
-    rows = [((place[src[at]].astype(np.int64) * (G + 1) + place[to]) * top + lag[at]).reshape(D, -1),
-            units[at].reshape(D, -1)]
+    reduced = None
     if rn.size:  # what each in-domain receiver reduces in the round (its reduction time's share); -1: nothing
         size = max(int(rn.max()) + 1, N + D)
         reduced = np.where(np.bincount(rn, minlength=size) > 0, np.bincount(rn, weights=ru, minlength=size), -1.0)
-        rows.append(reduced[to].reshape(D, -1))
-    del to, at
+    # per in-domain message, read in message order: its ends within the domain and its stage in one integer (as
+    # 64-bit words), its chunks and its receiver's reduction; a field with one value for all of them tells no
+    # domain from another, and is left out
+    to = dst[pos]
+    code = place[src[pos]].astype(np.int64)
+    code *= G + 1
+    code += place[to]
+    code *= top
+    code += lag[pos]
+    fields = [code, units[pos]] + ([] if reduced is None else [reduced[to]])
+    del to, code
+    fields = fields[:1] + [x for x in fields[1:] if not float(x.min()) == float(x.max())]
+    # laid out domain by domain, each domain's messages in their order: row d of P is domain d's. Lanes list
+    # their members in order, so the messages are runs over every domain in order (_domain_runs): the runs'
+    # (D, c_r) blocks side by side; otherwise a stable sort of the domains (the same rows)
+    runs = _domain_runs(dom, D)
+    if runs is None:
+        if not np.array_equal(np.bincount(dom, minlength=D), np.full(D, pos.size // D)):
+            return None
+        order = np.argsort(dom, kind="stable")
+        P = pos[order].reshape(D, -1)
+        rows = [x[order].reshape(D, -1) for x in fields]
+        del order
+    else:
+        # consecutive runs of one width w (m of them) are one (m, D, w) block, read domain by domain
+        spans, i = [], 0
+        while i < len(runs):
+            w, j = (runs[i][1] - runs[i][0]) // D, i + 1
+            while j < len(runs) and (runs[j][1] - runs[j][0]) // D == w:
+                j += 1
+            spans.append((runs[i][0], runs[j - 1][1], j - i, w))
+            i = j
+
+        def laid(x):
+            blocks = [x[a:b].reshape(m, D, w)[0] if m == 1 else
+                      x[a:b].reshape(m, D, w).transpose(1, 0, 2).reshape(D, m * w) for a, b, m, w in spans]
+            return blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=1)
+
+        P = laid(pos)
+        rows = [laid(x) for x in fields]
+    del fields
     rep = _kinds(rows)
     del rows
     copy = np.flatnonzero(rep != np.arange(D))
     if rep[0] < 0 or copy.size == 0 or copy.size * P.shape[1] < MIN_DROPPED * src.size:
         return None
-    originals, dropped = P[rep[copy]], P[copy]
+    # consecutive copies of one kind (every domain alike but the first): a view of P and its first row, not
+    # gathers of every copy's row
+    consecutive = int(copy[-1]) - int(copy[0]) + 1 == copy.size
+    dropped = P[int(copy[0]):int(copy[-1]) + 1] if consecutive else P[copy]
+    first = rep[copy]
+    one_kind = bool((first == first[0]).all())
+    originals = np.broadcast_to(P[int(first[0])], dropped.shape) if one_kind else P[first]
     if not bool((dropped > originals).all()):  # an original comes before its copies
         return None
     keep = np.ones(src.size, bool)

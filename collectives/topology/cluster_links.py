@@ -219,6 +219,25 @@ class ClusterLinks:
         down = (d < N) & (s == self.nvswitch_base + dd)  # switch -> rank: the rank's link down
         out = np.where(up, s, N + d)
         rest = np.flatnonzero(~(up | down))
+        if rest.size and self.tree is not None:
+            # a rank and its leaf switch (a SHARP tree's climb and descent): the rank's cable up or down, as
+            # link_between finds it
+            rs, rd = s[rest], d[rest]
+            base = self.fabric_base
+            from_rank = (rs < N) & (rd >= base)
+            near = np.flatnonzero(from_rank | ((rd < N) & (rs >= base)))
+            if near.size:
+                climb = from_rank[near]
+                rank = np.where(climb, rs[near], rd[near])
+                t, h = self._fabric_host(rank)
+                leaf = base + self.node_offset[1] + t * self.tree.n[1] + h // self.tree.M[1]
+                ok = np.flatnonzero(leaf == np.where(climb, rd[near], rs[near]))
+                up_link = self._cable_link(1, t[ok], h[ok], False)
+                out[rest[near[ok]]] = np.where(climb[ok], up_link,
+                                               up_link + self.trees * self.tree.cables[1])  # the down cable
+                keep = np.ones(rest.size, bool)
+                keep[near[ok]] = False
+                rest = rest[keep]
         if rest.size:
             out[rest] = self.link_between(s[rest], d[rest])
         return out

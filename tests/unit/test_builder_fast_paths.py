@@ -3,7 +3,8 @@
 A tree's depths and heights come level by level from the root (double_binary_tree.Tree.from_parents), a SHARP
 forest's parents by a sorted lookup (sharp.build_forest), a lane's members are put in order by scattering them
 to their slots (_pipeline._member_order), and NCCL's tree of a channel and its lanes are built once per cluster
-and shared by the builds of several channel counts (double_binary_tree.nccl_trees, build_double_binary_tree). Each test compares the shortcut with its
+and shared by the builds of several channel counts (double_binary_tree.nccl_trees, build_double_binary_tree), the
+channel tree written down from its shape (double_binary_tree.chain_tree). Each test compares the shortcut with its
 general form element by element.
 """
 
@@ -12,7 +13,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from collectives.algorithms import _pipeline
-from collectives.algorithms.double_binary_tree import Tree, btree_parents, double_binary_tree, nccl_trees
+from collectives.algorithms.double_binary_tree import (
+    Tree,
+    btree_parents,
+    chain_tree,
+    double_binary_tree,
+    nccl_trees,
+)
 from collectives.algorithms.sharp import build_forest
 
 from collectives.topology import preset
@@ -87,6 +94,21 @@ def test_channel_trees_are_shared_and_built_alike():
         assert np.array_equal(tree.parent, parent)
         children, depth, height = _walked(parent, 3)
         assert np.array_equal(tree.children, children) and np.array_equal(tree.height, height)
+
+
+@pytest.mark.parametrize("D,G", [(1, 1), (1, 5), (2, 1), (3, 2), (7, 3), (12, 4)])
+def test_chain_tree_is_the_tree_of_its_parents(D, G):
+    """chain_tree writes NCCL's channel tree down from its shape: the arrays Tree.from_parents finds."""
+    d, j = np.repeat(np.arange(D), G), np.tile(np.arange(G), D)
+    for tr in double_binary_tree(D):
+        for h in range(G):
+            tree = chain_tree(tr, G, h)
+            parent = np.where((j - h) % G > 0, d * G + (j - 1) % G,
+                              np.where(tr.parent[d] >= 0, tr.parent[d] * G + h, -1))
+            ref = Tree.from_parents(parent, max_children=3)
+            for field in ("parent", "children", "height", "depth"):
+                got, want = getattr(tree, field), getattr(ref, field)
+                assert got.dtype == want.dtype and np.array_equal(got, want), (D, G, h, field)
 
 
 def test_forest_parents_are_each_trees_parent_map():
@@ -165,6 +187,47 @@ def test_replicated_tree_lanes_node_by_node_are_those_replica_by_replica(monkeyp
     assert _same_lanes(fast, dbt.tree_lanes(tree, members, data, 0))
 
 
+def _every_position_tree_lanes(tree, members, data, lag, start):
+    """tree_up_lanes + tree_down_lanes in their general form: a lane over every position, lane() leaving out
+    those without a peer."""
+    from collectives.algorithms import double_binary_tree as dbt
+
+    from collectives.schedule import recv, recv_reduce, send
+
+    members, rep, node, me = dbt._replicas(tree, members)
+    of = lambda x: np.where(x >= 0, members[rep, np.maximum(x, 0)], -1)  # noqa: E731
+    chunks = lambda k, at: data(k, rep[at])  # noqa: E731
+    lane = _pipeline.lane
+    up = [lane(recv_reduce, me, of(tree.children[node, j]),
+               lag + tree.height[np.maximum(tree.children[node, j], 0)], chunks)
+          for j in range(tree.children.shape[1])]
+    up.append(lane(send, me, of(tree.parent[node]), lag + tree.height[node], chunks))
+    down = [lane(recv, me, of(tree.parent[node]), start + tree.depth[node] - 1, chunks)]
+    down += [lane(send, me, of(tree.children[node, j]), start + tree.depth[node], chunks)
+             for j in range(tree.children.shape[1])]
+    return up + down
+
+
+@pytest.mark.parametrize("replicas", [1, 4])
+def test_tree_lanes_over_positions_with_a_peer_are_every_positions(replicas):
+    """tree_up_lanes and tree_down_lanes take out the positions without a peer before mapping them to members:
+    the lanes of every position (members, peers, lags, chunk ranges), for NCCL's channel tree over all ranks
+    (one replica) and a tree over domains on each GPU of a domain (replicas, in order or not)."""
+    from collectives.algorithms import double_binary_tree as dbt
+
+    data = lambda k, r: (k * 8 + r, 1 + r % 2)  # noqa: E731
+    if replicas == 1:
+        tree = chain_tree(double_binary_tree(5)[1], 3, 1)
+        layouts = [np.arange(15, dtype=np.int64)[None, :]]
+    else:
+        tree = double_binary_tree(6)[0]
+        by_gpu = np.arange(6 * replicas, dtype=np.int64).reshape(6, replicas).T  # in order node by node
+        layouts = [by_gpu, by_gpu[:, ::-1].copy()]  # and a layout whose members are not in order
+    for members in layouts:
+        fast = dbt.tree_up_lanes(tree, members, data, 2) + dbt.tree_down_lanes(tree, members, data, 9)
+        assert _same_lanes(fast, _every_position_tree_lanes(tree, members, data, 2, 9))
+
+
 def test_channel_lanes_are_shared_and_take_each_counts_chunks(monkeypatch):
     """NCCL's tree lanes of a channel are laid out once per cluster and shared by the builds of several channel
     counts, each with its own chunk ids (piece * channels + channel): every count's lanes are those a fresh
@@ -209,3 +272,32 @@ def test_stable_order_is_a_stable_argsort(top):
     keys = np.random.default_rng(top).integers(0, top, 5000)
     keys[:3] = top - 1
     assert np.array_equal(_pipeline._stable_order(keys), np.argsort(keys, kind="stable"))
+
+
+def test_lanes_are_sorted_by_lag_when_a_round_reads_them(monkeypatch):
+    """A pipeline's lanes are sorted by lag on the first round that reads its busy members: the analytic bulk
+    model (a huge cluster, here a small one above a lowered limit) reads the stages only and sorts none."""
+    from collectives.simulate import simulate
+    from collectives.simulator import analytic
+
+    monkeypatch.setattr(analytic, "DATAFLOW_MAX_NODES", 0)
+    topo = preset("gb200-nvl72", racks=6, gpus_per_domain=4)
+    _pipeline._INDEX.clear()
+    simulate("double_binary_tree", topo, 1 << 20, mode="analytic")
+    indexed = [ix for _, (indexed, _, _) in _pipeline._INDEX.values() for ix in indexed]
+    assert indexed and all(ix._order is None for ix in indexed)
+    many = next(ix for ix in indexed if np.unique(ix.lane.lags).size > 1)
+    assert np.array_equal(many.by_lag, np.argsort(many.lane.lags, kind="stable")) and many._order is not None
+
+
+def test_index_of_is_searchsorted():
+    """sharp._index_of looks members up in a table: np.searchsorted's answer, also where a node is no member or
+    the members repeat (the search then answers)."""
+    from collectives.algorithms.sharp import _index_of
+
+    rng = np.random.default_rng(5)
+    members = np.unique(rng.integers(0, 5000, 3000))
+    node = rng.choice(members, 4000)
+    for m, x in ((members, node), (members, np.r_[node, members[-1] + 1]), (members, np.r_[node, 1 + members[0]]),
+                 (np.sort(np.r_[members, members[:9]]), node)):
+        assert np.array_equal(_index_of(m, x), np.searchsorted(m, x))

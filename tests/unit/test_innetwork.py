@@ -307,3 +307,15 @@ def test_fully_connected_is_a_clear_value_error(name):
 
     with pytest.raises(ValueError, match=r"scale-up domains.*fully-connected.*num_domains"):
         algorithms.build(name, collective="allreduce", world_size=8, count=16, topology=fully_connected(8))
+
+
+def test_trees_sharing_switches_kept_per_list():
+    """_innetwork._share_switches (SAT's one-tree-per-switch limit) is kept per trees list: another list on the
+    same cluster gets its own answer."""
+    from collectives.algorithms._innetwork import _share_switches
+
+    topo = preset("gb200-nvl72", racks=4, gpus_per_domain=4)
+    tree = topo.sharp_tree()
+    twice, once = [tree, tree], [tree]
+    assert _share_switches(topo, twice) and _share_switches(topo, twice)
+    assert not _share_switches(topo, once)

@@ -165,3 +165,51 @@ def test_messages_between_domains_on_nvlink_are_caught(monkeypatch):
     between = np.flatnonzero(~rep.local[hops.fidx])
     hl[between[0]] = 0  # a PXN-like hop over rank 0's NVLink
     assert not rep.separate(hops.fidx, hl)
+
+
+@pytest.mark.parametrize("name", ["hierarchical", "nvls_tree", "double_binary_tree"])
+def test_messages_in_runs_lay_out_as_the_sort_does(monkeypatch, name):
+    """Lanes list members in order: each run of in-domain messages over every domain in order is laid out as
+    its (D, c) block (replicas._domain_runs); a stable sort of the messages' domains gives the same Replicas."""
+    monkeypatch.setattr(replicas, "MIN_DROPPED", 0.0)
+    topology = preset("gb200-nvl72", racks=16, gpus_per_domain=2) if name == "double_binary_tree" else _symmetric()
+    rules, f, lag = _stage_flows(topology, name)
+    seen = []
+    real = replicas._domain_runs
+    monkeypatch.setattr(replicas, "_domain_runs", lambda dom, D: seen.append(real(dom, D)) or seen[-1])
+    runs = replicas.domain_replicas(rules, f, lag, True)
+    monkeypatch.setattr(replicas, "_domain_runs", lambda dom, D: None)
+    sort = replicas.domain_replicas(rules, f, lag, True)
+    assert runs is not None and sort is not None
+    for field in ("kept", "originals", "dropped", "copies", "local"):
+        assert np.array_equal(getattr(runs, field), getattr(sort, field)), field
+    assert runs.kinds == sort.kinds
+    if name != "double_binary_tree":  # NVLS stages: every lane over all domains (a tree's chains are not)
+        assert seen and seen[0] is not None
+
+
+def test_domain_runs_need_every_domain_in_order():
+    dom = np.array([0, 0, 1, 1, 2, 2, 0, 1, 2])
+    assert replicas._domain_runs(dom, 3) == [(0, 6), (6, 9)]
+    assert replicas._domain_runs(np.array([0, 1, 1, 2, 0, 1, 2, 2]), 3) is None  # unequal counts in a run
+    assert replicas._domain_runs(np.array([0, 2, 0, 1]), 3) is None  # a run missing a domain
+
+
+@pytest.mark.parametrize("name", ["hierarchical", "nvls_tree", "double_binary_tree"])
+def test_stage_hops_gather_each_members_node(monkeypatch, name):
+    """analytic._stage_hops takes a member below the first that is not its own node id as that id (ranks and
+    domain switches before a hierarchical pipeline's fabric switches) and looks the others up: the messages
+    and stages every member's node gives."""
+    monkeypatch.setattr(replicas, "domain_replicas", lambda *a: None)  # every message kept, in order
+    # 160 one-GPU racks: SHARP's trees use some of the fabric's switches, members after the ranks
+    topology = preset("gb200-nvl72", racks=160, gpus_per_domain=1) if name == "hierarchical" else _symmetric()
+    rules, f, lag = _stage_flows(topology, name)
+    sched = build_schedule(name, topology, "allreduce", count_for("allreduce", 64 << 20, topology.world_size, 4))
+    phase = next(ph for ph in sched.phases if getattr(ph.rounds[0].slots, "pipeline", None))
+    if name == "hierarchical":
+        node = phase.groups[0]
+        assert not np.array_equal(node, np.arange(node.size)), "fabric switches among the members"
+    analytic._STAGES.clear()
+    hops, got_lag = analytic._stage_hops(rules, phase, phase.rounds[0].slots.pipeline)
+    assert np.array_equal(hops.src, f[0]) and np.array_equal(hops.dst, f[1]) and np.array_equal(got_lag, lag)
+    assert np.array_equal(hops.units, f[2]) and np.array_equal(hops.rn, np.unique(f[3]))

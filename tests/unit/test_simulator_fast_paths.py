@@ -275,3 +275,90 @@ def test_top_node_is_the_arrays_max_while_it_lives():
     for k in range(300):  # arrays that die and whose ids numpy may hand out again: never a stale maximum
         b = np.full((2, 3), k, np.int64)
         assert flows.top_node(b) == k
+
+
+def test_paths_block_by_block_are_all_at_once(monkeypatch):
+    """flows._paths takes many flows PATH_BLOCK at a time: the same hops, attributes, path latencies and
+    starts as all at once (every pair of ranks, and ranks to and from their NVSwitch and leaf), and the same
+    error for a pair without a path."""
+    topo = preset("gb200-nvl72", racks=3, gpus_per_domain=4)
+    rules = CostRules(topo, "float32", 1 << 20, "Simple")
+    ranks = np.arange(topo.world_size)
+    s, d = (x.ravel() for x in np.meshgrid(ranks, ranks, indexing="ij"))
+    s = np.concatenate([s, ranks, topo.nvswitch_of(ranks), ranks, topo.leaf_of(ranks)])
+    d = np.concatenate([d, topo.nvswitch_of(ranks), ranks, topo.leaf_of(ranks), ranks])
+    whole = flows._paths(rules, s, d)
+    monkeypatch.setattr(flows, "PATH_BLOCK", 37)
+    blocked = flows._paths(rules, s, d)
+    for a, b in zip(blocked, whole, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    nvs = topo.nvswitch_of(np.array([0, topo.world_size - 1]))
+    bad = np.r_[s, nvs[0]], np.r_[d, nvs[1]]  # two domains' NVSwitches: no link joins them
+    monkeypatch.setattr(flows, "PATH_BLOCK", 1 << 30)
+    with pytest.raises(ValueError) as all_at_once:
+        flows._paths(rules, *bad)
+    monkeypatch.setattr(flows, "PATH_BLOCK", 37)
+    with pytest.raises(ValueError) as by_block:
+        flows._paths(rules, *bad)
+    assert str(by_block.value) == str(all_at_once.value)
+
+
+def test_member_blocks_kept_per_array_and_world_size():
+    """flows.member_blocks is kept per groups array (while it lives) and world size: another array, or the same
+    one split at another world size, gets its own answer; a phase's groups over one member array are one view
+    (_pipeline._row), so the builds of a sweep's sizes share it."""
+    from types import SimpleNamespace
+
+    from collectives.algorithms import _pipeline
+
+    nodes = np.arange(12, dtype=np.int64)
+    row = _pipeline._row(nodes)
+    assert _pipeline._row(nodes) is row and _pipeline._row(nodes.copy()) is not row
+    phase = SimpleNamespace(groups=row)
+    assert flows.member_blocks(phase, 12) is None  # every member a rank
+    ranks, switches = flows.member_blocks(phase, 8)
+    assert np.array_equal(ranks, np.arange(8)) and np.array_equal(switches, np.arange(8, 12))
+    assert flows.member_blocks(phase, 8)[1] is switches  # kept
+    again = flows.member_blocks(phase, 10)
+    assert np.array_equal(again[1], [10, 11])
+    other = SimpleNamespace(groups=np.array([[0, 1, 20, 21, 22]], np.int64))
+    assert np.array_equal(flows.member_blocks(other, 8)[1], [2, 3, 4])
+    assert flows.member_blocks(SimpleNamespace(groups=np.full((1, 3), 30, np.int64)), 8) is None  # all switches
+
+
+@pytest.mark.parametrize("pairs,many", [(6, False), (2000, True)])
+def test_hop_loads_are_each_links_sum_in_flow_order(pairs, many):
+    """flow_hops' chunks per link (a bincount up to the highest link used where the hops are many, over the
+    links used where they are few): each hop's link's sum of its flows' chunks, added in the flows' order."""
+    topo = preset("gb300-nvl72", racks=64, gpus_per_domain=4)
+    rules = CostRules(topo, "float32", 1 << 20, "Simple")
+    rng = np.random.default_rng(pairs)
+    src, dst = rng.integers(0, topo.world_size, (2, pairs))
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    units = rng.integers(1, 9, src.size).astype(np.float64) / 3
+    hops = flows.flow_hops(rules, (src, dst, units, np.zeros(0, np.int64), np.zeros(0)))
+    assert (8 * hops.hl.size > int(hops.hl.max())) == many  # which of the two ways
+    total: dict[int, float] = {}
+    for link, u in zip(hops.hl.tolist(), units[hops.fidx].tolist(), strict=True):
+        total[link] = total.get(link, 0.0) + u
+    assert hops.hop_load.tolist() == [total[link] for link in hops.hl.tolist()]
+
+
+@pytest.mark.parametrize("name", ["ring", "nvls_tree", "double_binary_tree"])
+def test_round_flows_of_members_that_are_their_nodes(monkeypatch, name):
+    """flows.round_flows takes a single group over nodes 0..M-1 member for node, and keeps a lane's arrays as
+    they are when every message of it is kept: the flows of looking every member up."""
+    topo = preset("gb200-nvl72", racks=3, gpus_per_domain=4)
+    sched = build_schedule(name, topo, "allreduce", count_for("allreduce", 1 << 20, topo.world_size, 4))
+    fast, general = [], []
+    for ph in sched.phases:
+        for rnd in ph.rounds:
+            fast.append(flows.round_flows(ph, rnd, 0, flows.member_blocks(ph, topo.world_size)))
+    monkeypatch.setattr(flows, "_members_are_nodes", lambda groups: False)
+    for ph in sched.phases:
+        for rnd in ph.rounds:
+            general.append(flows.round_flows(ph, rnd, 0, flows.member_blocks(ph, topo.world_size)))
+    assert any(f[0].size for f in fast)
+    for a, b in zip(fast, general, strict=True):
+        assert all(x.dtype == y.dtype and np.array_equal(x, y) for x, y in zip(a, b, strict=True))

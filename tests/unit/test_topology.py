@@ -129,8 +129,9 @@ def test_floor_divmod_is_numpy_divmod():
 
 @pytest.mark.parametrize("params", SMALL)
 def test_adjacent_links_are_link_between(params):
-    """hop_list's links between a rank and its own NVSwitch skip link_between's search: the same links, and
-    the other adjacent pairs (a rank and its leaf, a switch and its parent) still take link_between."""
+    """hop_list's links between a rank and its own NVSwitch or its own leaf skip link_between's search: the
+    same links, and the other adjacent pairs (a switch and its parent) still take link_between; a rank and
+    another leaf are no pair, as link_between says."""
     c = T.cluster(**params)
     ranks = np.arange(c.world_size)
     nvs = c.nvswitch_of(ranks)
@@ -140,6 +141,12 @@ def test_adjacent_links_are_link_between(params):
     s = np.concatenate([ranks, nvs, ranks, leaves, ends[0][fabric]])
     d = np.concatenate([nvs, ranks, leaves, ranks, ends[1][fabric]])
     assert np.array_equal(c._adjacent_links(s, d), c.link_between(s, d))
+    other = np.flatnonzero(leaves != leaves[0])
+    if other.size:  # rank 0 and a leaf that is not its own
+        with pytest.raises(ValueError, match="no link joins"):
+            c._adjacent_links(np.array([0]), leaves[other[:1]])
+        with pytest.raises(ValueError, match="no link joins"):
+            c._adjacent_links(leaves[other[:1]], np.array([0]))
 
 
 @pytest.mark.parametrize("params", SMALL)

@@ -277,14 +277,15 @@ class Plan:
             res.reshape(-1)[...] = self.scratch[rng[0]:rng[1]]
 
     def finish(self, res):
-        if self.io:  # the plan runner wrote the output
-            pass
-        elif self.general:
-            self.take(res)
-        elif self.collective == "reduce_scatter":
-            k = self.count // self.p
-            res.reshape(-1)[...] = self.scratch[self.rank * k:(self.rank + 1) * k]
-        if res is not None and self.collective in REDUCING:
+        """A schedule's call after its executor completed: the output read out of the work buffer where the plan
+        runner did not write it (`io`), then avg's division."""
+        if not self.io:
+            if self.general:
+                self.take(res)
+            elif self._kind == _IN_SCRATCH and res is not None:  # reduce_scatter's block
+                k = self.count // self.p
+                res.reshape(-1)[...] = self.scratch[self.rank * k:(self.rank + 1) * k]
+        if self.finalizing:
             finalize(res, self.op, self.p)
         return res
 
@@ -382,17 +383,7 @@ class Plan:
             launch = Launch(self, seq, x, out, res, started=True)  # a late peer or a mismatch: the bounded wait
             ctx.queue.submit(launch, False, timeout)
             return launch.result
-        kind = self._kind
-        if self.io:
-            pass
-        elif kind == _GENERAL:
-            self.take(res)
-        elif kind == _IN_SCRATCH and res is not None:
-            k = self.count // self.p
-            res.reshape(-1)[...] = self.scratch[self.rank * k:(self.rank + 1) * k]
-        if self.finalizing:
-            finalize(res, self.op, self.p)
-        return res
+        return self.finish(res)
 
     def _run_direct(self, x: np.ndarray, out, timeout: float | None):
         """A blocking call of MPI's own collective (or a world of one) on the caller's thread, without a queue

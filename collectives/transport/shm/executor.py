@@ -85,19 +85,18 @@ class ShmExecutor:
         """The C plan runner executes this plan (else the Python interpreter of the same program)."""
         return self.kernel is not None
 
-    def _engine(self, lazy: bool):
-        engine = self._engines.get(lazy)
-        if engine is None or engine.generation != self.arena.generation:
-            program = self._programs.get(lazy)
-            if program is None:
-                program = self._programs[lazy] = _program.compile_plan(
-                    self.splan, self.dtype.itemsize, lazy, self.source_range if lazy else None, self.out_range,
-                    self.out_direct)
-            if self.kernel is not None:
-                engine = _program.Runner(program, self.arena, self.kernel, self.signature, self.check)
-            else:
-                engine = _program.Interpreter(program, self.arena, self.dtype, self.op, self.signature, self.check)
-            self._engines[lazy] = engine
+    def _new_engine(self, lazy: bool):
+        """The engine of this input mode over the arena's current windows (start() keeps it until they change)."""
+        program = self._programs.get(lazy)
+        if program is None:
+            program = self._programs[lazy] = _program.compile_plan(
+                self.splan, self.dtype.itemsize, lazy, self.source_range if lazy else None, self.out_range,
+                self.out_direct)
+        if self.kernel is not None:
+            engine = _program.Runner(program, self.arena, self.kernel, self.signature, self.check)
+        else:
+            engine = _program.Interpreter(program, self.arena, self.dtype, self.op, self.signature, self.check)
+        self._engines[lazy] = engine
         return engine
 
     def start(self, work: np.ndarray, source: np.ndarray | None, seq: int, polls: int = POLLS,
@@ -105,7 +104,7 @@ class ShmExecutor:
         lazy = source is not None
         engine = self._engines.get(lazy)
         if engine is None or engine.generation != self.arena.generation:
-            engine = self._engine(lazy)
+            engine = self._new_engine(lazy)
         self.engine = engine
         return engine.start(work, source, seq, polls, self.yield_cpu, out)
 

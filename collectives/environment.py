@@ -113,6 +113,10 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
              _flag),
     Variable("COLLECTIVES_SHM_C", "flag", True,
              "run shared-memory plans in the C plan runner (0: the Python interpreter of the same program)", _flag),
+    Variable("COLLECTIVES_SHM_SINGLE_COPY", "bytes", 16384,
+             "shared-memory messages of at least this many bytes that the sender never changes during the call are "
+             "read straight from its memory, one copy instead of two (Linux cross-memory attach; 0: never)",
+             _non_negative_int),
     Variable("COLLECTIVES_NAP_AFTER_US", "microseconds", 1000,
              "with more ranks than cores, a plan-runner wait that has lasted this long sleeps between polls "
              "(0: never sleeps)", _non_negative_int),

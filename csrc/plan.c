@@ -1,11 +1,17 @@
 /* The shared-memory plan runner (see plan.h for the instruction set and the call agreement). */
+#define _GNU_SOURCE /* process_vm_readv */
 #include "plan.h"
 #include "reduce.h"
 
+#include <errno.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#include <sys/uio.h>
+#endif
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -189,6 +195,41 @@ static int reduce(const struct coll_plan_call *call, void *dst, const int64_t *w
     return rc == 0 ? 0 : COLL_PLAN_KERNEL_REFUSED;
 }
 
+int coll_peer_read(int64_t pid, void *dst, int64_t address, int64_t nbytes)
+{
+#ifdef __linux__
+    char *to = dst;
+    while (nbytes > 0) { /* a read may stop short (e.g. at a page it could not pin): go on from there */
+        struct iovec local = {to, (size_t)nbytes};
+        struct iovec remote = {(void *)(uintptr_t)address, (size_t)nbytes};
+        const ssize_t got = process_vm_readv((pid_t)pid, &local, 1, &remote, 1, 0);
+        if (got < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno;
+        }
+        if (got == 0)
+            return EFAULT;
+        to += got;
+        address += got;
+        nbytes -= got;
+    }
+    return 0;
+#else
+    (void)pid; (void)dst; (void)address; (void)nbytes;
+    return ENOSYS;
+#endif
+}
+
+int coll_allow_peer_reads(void)
+{
+#if defined(__linux__) && defined(PR_SET_PTRACER)
+    return prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0 || errno == EINVAL ? 0 : errno;
+#else
+    return 0;
+#endif
+}
+
 static int stop_at(struct coll_plan_call *call, int64_t i, int status)
 {
     call->ip = i;
@@ -228,6 +269,10 @@ int coll_plan_run(struct coll_plan_call *call, int64_t polls, int yield_cpu, int
             __atomic_store_n(&reuse[0], end, __ATOMIC_RELAXED);
             __atomic_store_n(&reuse[1], end, __ATOMIC_RELAXED);
         }
+        /* where peers' PEER_READs find this call's node state: published by the release stores that follow */
+        __atomic_store_n(&mine[COLL_CTRL_ORIGIN],
+                         (int64_t)((uintptr_t)call->buffers[call->origin_buf] - (uintptr_t)call->origin_shift),
+                         __ATOMIC_RELAXED);
         if (call->check) {
             memset(call->checked, 0, (size_t)call->nranks);
             call->checked[me] = 1;
@@ -281,6 +326,18 @@ int coll_plan_run(struct coll_plan_call *call, int64_t polls, int yield_cpu, int
             memcpy(address(call, w[1], w[2]), address(call, w[3], w[4]), (size_t)w[5]);
             i += 6;
             break;
+        case COLL_PLAN_PEER_READ: {
+            const int64_t *peer = ctrl[w[3]]; /* its PID and ORIGIN: visible since the wait on its done */
+            const int rc = coll_peer_read(load(&peer[COLL_CTRL_PID]), address(call, w[1], w[2]),
+                                          load(&peer[COLL_CTRL_ORIGIN]) + w[4], w[5]);
+            if (rc != 0) {
+                call->error = rc;
+                call->waiting = w[3];
+                return stop_at(call, i, COLL_PLAN_PEER_READ_FAILED);
+            }
+            i += 6;
+            break;
+        }
         case COLL_PLAN_REDUCE: {
             const int64_t n = w[4];
             const int rc = n < 1 ? COLL_PLAN_BAD_CODE : reduce(call, address(call, w[1], w[2]), w + 5, n, w[3]);

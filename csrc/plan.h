@@ -14,6 +14,13 @@
  *   PUBLISH    off              read[me] = done[me] = base + off (release)
  *   SET_READ   off              read[me] = base + off (release)
  *   CHECK_ALL                   every peer not yet checked in this call has started it with this signature
+ *   PEER_READ  dst_buf dst_off q src_off nbytes
+ *                               copy nbytes of rank q's node state from byte src_off, in q's own memory (its
+ *                               `origin` for this call: its input where the state still lies there, else its
+ *                               work buffer), one copy instead of two through q's window (Linux cross-memory
+ *                               attach, process_vm_readv). The program waits on q's `done` first, which q
+ *                               publishes after its origin; q waits for this rank's last `read` before its
+ *                               call returns, so the memory stays valid and unchanged while it is read.
  * `buffers[b]` is the base address of buffer b (the transport numbers them: work, input, output, peers' windows).
  *
  * Double-buffered windows: a call whose window part fits in half of every window (`half_bytes`) uses half
@@ -44,16 +51,18 @@
 /* CDEF-BEGIN */
 enum coll_plan_opcode {
     COLL_PLAN_END = 0, COLL_PLAN_WAIT_DONE = 1, COLL_PLAN_WAIT_READ = 2, COLL_PLAN_COPY = 3,
-    COLL_PLAN_REDUCE = 4, COLL_PLAN_PUBLISH = 5, COLL_PLAN_SET_READ = 6, COLL_PLAN_CHECK_ALL = 7
+    COLL_PLAN_REDUCE = 4, COLL_PLAN_PUBLISH = 5, COLL_PLAN_SET_READ = 6, COLL_PLAN_CHECK_ALL = 7,
+    COLL_PLAN_PEER_READ = 8
 };
 enum coll_plan_kind { COLL_PLAN_NATIVE = 0, COLL_PLAN_HALF = 1 };
 enum coll_ctrl_word {
     COLL_CTRL_DONE = 0, COLL_CTRL_SIG_SEQ = 1, COLL_CTRL_SIG_HASH = 2, COLL_CTRL_POISON = 5, COLL_CTRL_FLAG = 6,
-    COLL_CTRL_READ = 8, COLL_CTRL_REUSE = 9, COLL_CTRL_WORDS = 16
+    COLL_CTRL_READ = 8, COLL_CTRL_REUSE = 9, COLL_CTRL_PID = 11, COLL_CTRL_ORIGIN = 12, COLL_CTRL_SELF = 13,
+    COLL_CTRL_WORDS = 16
 };
 enum coll_plan_status {
     COLL_PLAN_DONE = 0, COLL_PLAN_WAITING = 1, COLL_PLAN_BAD_CODE = -1, COLL_PLAN_KERNEL_REFUSED = -2,
-    COLL_PLAN_NO_MEMORY = -3, COLL_PLAN_MISMATCH = -4
+    COLL_PLAN_NO_MEMORY = -3, COLL_PLAN_MISMATCH = -4, COLL_PLAN_PEER_READ_FAILED = -5
 };
 
 /* One call of a program: set up once per runner, then per call only the WORK, SOURCE and OUT buffers, the call
@@ -77,6 +86,9 @@ struct coll_plan_call {
     int64_t half_bytes;    /* > 0: the call uses half (seq & 1) of every window, at this byte offset times it */
     int64_t reuse;         /* the peers' `read` that frees this call's part of the window (set by a restart) */
     int64_t shift;         /* byte offset of this call's half in every window (set by a restart) */
+    int64_t origin_buf;    /* the buffer where this rank's node state begins for peers' PEER_READ (SOURCE when */
+    int64_t origin_shift;  /* the input is read where it lies), minus origin_shift bytes: published by a restart */
+    int64_t error;         /* errno of a failed PEER_READ */
     int first_window;      /* buffers[first_window + q] is rank q's window */
     int me;
     int nranks;
@@ -109,6 +121,12 @@ void coll_ctrl_sign_flag(int64_t *ctrl, int64_t seq, int64_t signature, int64_t 
  * has its bit set, else 0; 0 while a peer has not started it (*out = that peer); -1 when a peer shows another
  * signature or a poison word for this call (*out = that peer). */
 int coll_ctrl_agree(int64_t *const *ctrl, int nranks, int me, int64_t seq, int64_t signature, int64_t *out);
+/* One cross-memory read: nbytes at `address` in process `pid` into dst. 0, or the errno of the failure
+ * (ENOSYS where the system has no process_vm_readv). */
+int coll_peer_read(int64_t pid, void *dst, int64_t address, int64_t nbytes);
+/* Let any process of this user read this one's memory where a Linux security module (Yama's ptrace_scope 1)
+ * allows it only to ancestors: what MPI libraries do for the same single-copy transfers. 0 or an errno. */
+int coll_allow_peer_reads(void);
 /* CDEF-END */
 
 #endif

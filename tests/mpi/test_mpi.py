@@ -70,6 +70,19 @@ def test_python_shared_memory_executor(world_size, monkeypatch):
     assert result["cases"] > 200
 
 
+@pytest.mark.parametrize("world_size,runner", [pytest.param(3, "1", marks=pytest.mark.any_mpi), (4, "1"), (3, "0")])
+def test_single_copy_messages(world_size, runner, monkeypatch):
+    """COLLECTIVES_SHM_SINGLE_COPY=4: every message of 4 bytes or more that its sender never changes during the
+    call is read from the sender's memory (PEER_READ, shm/plan.py), in the C plan runner and in its Python
+    interpreter: every algorithm and collective still gives the emulator's and MPI's results, in place or not."""
+    monkeypatch.setenv("COLLECTIVES_SHM_SINGLE_COPY", "4")
+    monkeypatch.setenv("COLLECTIVES_SHM_C", runner)
+    result = launch(app(world_size, "--counts", "7", "50"))
+    assert result["failures"] == 0, result["messages"]
+    assert result["cases"] > 200
+    assert result["single_copy_min"] == 4  # every rank could read its peers' memory
+
+
 @pytest.mark.parametrize("world_size", [4, pytest.param(6, marks=pytest.mark.any_mpi)])
 def test_two_hosts_on_one_machine(world_size, monkeypatch):
     """The path between hosts, in CI: COLLECTIVES_SHM=0 (no shared memory: every schedule runs with point-to-point

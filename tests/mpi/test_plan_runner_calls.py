@@ -1,6 +1,6 @@
 """Calls on the plan runner that repeat on the same buffers restart the C runner on the pointers it holds
 (plans.Plan._rerun); the input is read where it lies and the output written in place (Plan.io); windows are
-double-buffered (csrc/plan.h). Each must give MPI's results and fall back or raise where the state changed: the
+double-buffered (csrc/plan.h); large messages are read from the sender's memory (single copy). Each must give MPI's results and fall back or raise where the state changed: the
 windows regrown by a larger call (also under an asynchronous call in flight), a read-only buffer, a mismatched
 call, an in-place alltoall."""
 
@@ -60,6 +60,30 @@ comm.alltoall(a, out=a)
 assert np.array_equal(a, want), (a, want)
 g = comm.allgather(np.full(2, r, np.int16))
 assert np.array_equal(g, np.repeat(np.arange(p, dtype=np.int16), 2)), g
+# single-copy messages (16 KiB blocks: read from the sender's memory, shm/plan.py): in place on rank 0 only, twice
+# on the same buffers (the rerun), then a broadcast, then a mismatch between two calls that read peers' memory
+assert comm._ctx.arena.single_copy_min == 16384, comm._ctx.arena.single_copy_min
+k = 4096
+a = np.arange(k * p, dtype=np.float32) + 1e5 * r
+want = np.concatenate([np.arange(k * p, dtype=np.float32)[k * r:k * (r + 1)] + 1e5 * q for q in range(p)])
+for i in range(2):
+    got = a.copy() if r == 0 else np.empty_like(a)
+    comm.alltoall(got if r == 0 else a, out=got, algorithm="pairwise")
+    assert np.array_equal(got, want), (i, got[:4], want[:4])
+assert np.array_equal(a, np.arange(k * p, dtype=np.float32) + 1e5 * r)  # the input is left as it was
+b = np.full(3 * k, 1.0 + (r == 2), np.float64)
+for i in range(2):
+    comm.broadcast(b, root=2, algorithm="one_shot")
+    assert (b == 2.0).all(), b[:4]
+try:
+    if r == 0:
+        comm.alltoall(a, algorithm="pairwise")
+    else:
+        comm.broadcast(b, root=2, algorithm="one_shot")
+    print(f"rank {r}: no single-copy mismatch error", flush=True)
+except collectives.CallMismatchError:
+    pass
+comm.broadcast(b, root=2, algorithm="one_shot")
 # a call in flight while a new signature grows the windows: it finishes first (it runs on the windows replaced);
 # the last rank comes late, so the others' asynchronous call is still waiting for it when they build the plan
 import time
@@ -76,4 +100,4 @@ def test_repeated_calls_on_the_plan_runner(tmp_path):
     proc = launcher.run_source(3, PROGRAM, directory=tmp_path, env={"COLLECTIVES_TIMEOUT": "20"})
     for r in range(3):
         assert f"rank {r}: ok" in proc.stdout, proc.stdout
-    assert "no mismatch error" not in proc.stdout, proc.stdout
+    assert "no mismatch error" not in proc.stdout and "no single-copy mismatch" not in proc.stdout, proc.stdout

@@ -12,7 +12,7 @@ from collectives import algorithms, decisions
 from collectives.transport import calls, choose
 from collectives.transport.host import Host, warn_if_alone
 from collectives.transport.shm import program
-from collectives.transport.shm.plan import ShmPlan
+from collectives.transport.shm.plan import ShmPlan, direct_messages
 
 HOST2 = Host(ranks_per_host=2, cores=2, one_host=True, hosts=1)
 HOST4 = Host(ranks_per_host=4, cores=2, one_host=True, hosts=1)
@@ -162,7 +162,7 @@ def test_the_lowering_checks_every_peer_and_reads_a_peer_at_its_end_of_the_messa
 def _instructions(code: list[int]) -> list[list[int]]:
     """A program's words cut into instructions (csrc/plan.h: the operand count of each)."""
     width = {program.END: 1, program.CHECK_ALL: 1, program.WAIT_DONE: 3, program.WAIT_READ: 3, program.COPY: 6,
-             program.PUBLISH: 2, program.SET_READ: 2}
+             program.PUBLISH: 2, program.SET_READ: 2, program.PEER_READ: 6}
     out, i = [], 0
     while i < len(code):
         n = 5 + 2 * code[i + 4] if code[i] == program.REDUCE else width[code[i]]
@@ -203,6 +203,37 @@ def test_the_lowering_reads_the_input_where_it_lies_and_writes_the_output_last()
     code = _instructions(program.compile_plan(ShmPlan.build(r, 0), 4, True, None, (0, 2), out_direct=True)
                          .code.tolist())
     assert [c[1:3] for c in code if c[0] == program.REDUCE][-1] == [program.OUT, 0]
+
+
+def test_single_copy_messages_are_the_unchanged_ranges_stored_as_they_are():
+    """direct_messages: a message of at least min_bytes whose range the sender never writes during the call and
+    the receiver stores as it is (shm/plan.py); only those."""
+    a2a = algorithms.build("pairwise", collective="alltoall", world_size=4, count=4 * 1024)
+    sends = [(o.round, v, o.peer, o.start) for v in range(4) for o in a2a.program(v) if o.kind == 0]
+    assert direct_messages(a2a, 4, 4096) == frozenset(sends)  # every block comes from the input region
+    assert direct_messages(a2a, 4, 4097) == frozenset()  # 1,024-element blocks of 4 bytes: under the size
+    assert direct_messages(a2a, 4, 0) == frozenset()
+    ring = algorithms.build("ring", collective="allgather", world_size=4, count=4 * 1024)
+    direct = direct_messages(ring, 4, 4096)
+    # each rank's own block, sent in the first round; the blocks it forwards were written by a receive
+    assert direct == {(0, v, (v + 1) % 4, v * 4096) for v in range(4)}  # count: per rank
+    reduce_scatter = algorithms.build("ring", collective="reduce_scatter", world_size=4, count=4 * 1024)
+    assert direct_messages(reduce_scatter, 4, 1) == frozenset()  # every landing reduces
+    # broadcast one_shot: the root keeps nothing in its window and waits for its three readers at the end; a
+    # receiver reads the root's memory at the root's offset
+    b = algorithms.build("one_shot", collective="broadcast", world_size=4, count=8192, root=2)
+    direct = direct_messages(b, 4, 4096)
+    root = ShmPlan.build(b, 2, direct)
+    assert root.readers == (0, 1, 3) and not root.writes_window
+    code = _instructions(program.compile_plan(root, 4, False).code.tolist())
+    assert code[-5:-2] == [[program.WAIT_READ, q, root.total] for q in (0, 1, 3)]
+    leaf = _instructions(program.compile_plan(ShmPlan.build(b, 0, direct), 4, False).code.tolist())
+    assert [program.PEER_READ, program.WORK, 0, 2, 0, 8192 * 4] in leaf
+    assert not any(c[0] == program.COPY for c in leaf)
+    # a lazy sender's single-copy ranges must lie in its input (else it keeps copying)
+    a2a_direct = direct_messages(a2a, 4, 4096)
+    with pytest.raises(program.UnplacedInput):
+        program.compile_plan(ShmPlan.build(a2a, 1, a2a_direct), 4, True, (0, 1024), None)
 
 
 def test_calls_alternate_window_halves_and_wait_for_the_readers_of_theirs():

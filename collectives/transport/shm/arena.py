@@ -19,6 +19,8 @@ COLLECTIVES_SHM is on (collective over the communicator).
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from ... import environment
@@ -29,7 +31,7 @@ except ImportError:  # no C extension: numpy stores and loads (fenced where the 
     ffi = lib = None
 
 # csrc/plan.h: enum coll_ctrl_word
-DONE, SIG_SEQ, SIG_HASH, POISON, FLAG, READ, REUSE, CTRL_WORDS = 0, 1, 2, 5, 6, 8, 9, 16
+DONE, SIG_SEQ, SIG_HASH, POISON, FLAG, READ, REUSE, PID, ORIGIN, SELF, CTRL_WORDS = 0, 1, 2, 5, 6, 8, 9, 11, 12, 13, 16
 MATCH, NOT_STARTED, MISMATCH, POISONED = 1, 0, -1, -2
 
 
@@ -50,6 +52,11 @@ class Arena:
         self.ctrl = [v.view(np.int64) for v in self.ctrl_segments.views]
         self.ctrl[self.rank][:] = 0
         self.ctrl[self.rank][SIG_SEQ] = self.ctrl[self.rank][SIG_SEQ + 2] = -1  # no call signed yet
+        # where peers find this rank for single-copy reads (csrc/plan.h, PEER_READ): its process, and its
+        # control block's address in its own memory (what agree_single_copy reads)
+        self.ctrl[self.rank][PID] = os.getpid()
+        self.ctrl[self.rank][SELF] = self.ctrl[self.rank].ctypes.data
+        self.single_copy_min = 0  # messages from this size are read from the sender's memory (agree_single_copy)
         self.data = None  # the data segments, once a call needs them
         self.capacity = 0
         self.generation = 0  # bumped whenever the data windows are replaced (runners rebind their pointers)
@@ -59,6 +66,35 @@ class Arena:
         self._c_windows = None
         self._agree_out = None  # coll_ctrl_agree's answer (one int64, reused: a rank tests one agreement at a time)
         self.sync()
+
+    def agree_single_copy(self, min_bytes: int) -> int:
+        """Collective over the host: the message size from which the plan runner reads a peer's memory directly
+        (PEER_READ), or 0 (never). Nonzero when every rank asks for the same `min_bytes` > 0
+        (COLLECTIVES_SHM_SINGLE_COPY) and can read every peer's memory (Linux cross-memory attach): each rank
+        first allows it where a security module restricts it to ancestors (coll_allow_peer_reads, as MPI
+        libraries do), then reads each peer's process id from the peer's own memory. ValueError on every rank
+        when the ranks ask for different sizes (their programs would differ)."""
+        import time
+
+        ok = min_bytes > 0 and lib is not None and lib.coll_allow_peer_reads() == 0
+        self.sync()  # every rank has allowed it (and written PID and SELF at creation) before anyone reads
+        if ok:
+            got = np.zeros(1, np.int64)
+            for q in range(self.size):
+                c = self.ctrl[q]
+                if q != self.rank and (lib.coll_peer_read(int(c[PID]), ffi.from_buffer(got), int(c[SELF]) + 8 * PID,
+                                                          8) != 0 or got[0] != c[PID]):
+                    ok = False
+                    break
+        want, agreed = np.array([int(ok), min_bytes, -min_bytes], np.int64), np.zeros(3, np.int64)
+        req = self.runtime.iallreduce(want, agreed, "min")
+        while not req.Test():
+            time.sleep(1e-6)
+        if agreed[1] != -agreed[2]:
+            raise ValueError(f"the ranks of this host set {'COLLECTIVES_SHM_SINGLE_COPY'} differently ({agreed[1]} "
+                             f"to {-agreed[2]} bytes; this rank: {min_bytes}): set it alike on every rank")
+        self.single_copy_min = min_bytes if agreed[0] else 0
+        return self.single_copy_min
 
     # -- data windows -------------------------------------------------------------------------------------
     def grow(self, nbytes: int) -> None:
@@ -232,8 +268,12 @@ def create(runtime, one_host: bool) -> Arena | None:
     req = runtime.iallreduce(want, agreed, "min")
     while not req.Test():
         time.sleep(1e-6)
-    return Arena(runtime) if agreed[0] else None
+    if not agreed[0]:
+        return None
+    arena = Arena(runtime)
+    arena.agree_single_copy(environment.get("COLLECTIVES_SHM_SINGLE_COPY"))
+    return arena
 
 
-__all__ = ["Arena", "CTRL_WORDS", "DONE", "MATCH", "MISMATCH", "NOT_STARTED", "POISONED", "READ", "create",
+__all__ = ["Arena", "CTRL_WORDS", "ORIGIN", "PID", "DONE", "MATCH", "MISMATCH", "NOT_STARTED", "POISONED", "READ", "create",
            "enabled"]

@@ -21,7 +21,7 @@ import numpy as np
 from ...schedule import Schedule
 from . import program as _program
 from .arena import Arena
-from .plan import ShmPlan
+from .plan import ShmPlan, direct_messages
 
 # a wait that does not pass within this many polls returns to the caller's waiter (which checks the deadline):
 # ~1024 yields, or ~25 us of pauses when every rank has a core
@@ -46,8 +46,9 @@ class ShmExecutor:
     def __init__(self, arena: Arena, schedule: Schedule, dtype: np.dtype, op: str, signature: int, check: bool,
                  oversubscribed: bool) -> None:
         self.arena = arena
-        self.splan = ShmPlan.build(schedule, arena.rank)
         self.dtype = np.dtype(dtype)
+        direct = direct_messages(schedule, self.dtype.itemsize, arena.single_copy_min)
+        self.splan = ShmPlan.build(schedule, arena.rank, direct)
         self.op = op
         self.signature = signature
         self.check = check

@@ -17,6 +17,12 @@ Counters: each rank publishes `done` (its mirror holds the state at the start of
 A call takes 1 + num_rounds counter steps on every rank, so all counters meet at the same base between calls;
 the first window write of a call waits for read[q] >= base on every peer (nobody still reads the last call).
 Round semantics (ops.py: sends read the round-start state, writes land at round end) hold exactly.
+
+Single-copy messages (`direct_messages`): a message of at least the arena's `single_copy_min` bytes whose range
+the sender never writes during the call, landed by a plain store, is read by the receiver straight from the
+sender's memory (csrc/plan.h, PEER_READ) instead of through the sender's window: one copy instead of two. The
+sender leaves it out of its window and waits, before its call returns, until those readers are done
+(`readers`): its input stays unchanged until then. Every rank derives the same set from the schedule alone.
 """
 
 from __future__ import annotations
@@ -57,6 +63,30 @@ def _unwritten(a: int, b: int, merged: list[tuple[int, int]]) -> list[tuple[int,
     return parts
 
 
+def direct_messages(schedule: Schedule, itemsize: int, min_bytes: int) -> frozenset[tuple[int, int, int, int]]:
+    """(round, sender, receiver, sender's start) of the messages read straight from the sender's memory: at
+    least `min_bytes` (0: none), a range the sender never writes during the call (so its value is the input,
+    or the state it had before the call, until the call ends), stored by the receiver as it is (a reduce reads
+    its operands from the sender's window). The same on every rank."""
+    if min_bytes <= 0:
+        return frozenset()
+    min_len = -(-min_bytes // itemsize)
+    programs = [schedule.program(v) for v in range(schedule.world_size)]
+    written = []
+    stores = set()  # (round, receiver, sender, sender's start, length) of every plain store
+    for v, prog in enumerate(programs):
+        writes = []
+        for o in prog:
+            if o.kind != OpKind.SEND:
+                writes.append((o.start, o.stop))
+                if o.kind == OpKind.RECV and o.stop - o.start >= min_len:
+                    stores.add((o.round, v, o.peer, o.remote, o.stop - o.start))
+        written.append(_merge(writes))
+    return frozenset((o.round, v, o.peer, o.start) for v, prog in enumerate(programs) for o in prog
+                     if o.kind == OpKind.SEND and (o.round, o.peer, v, o.start, o.stop - o.start) in stores
+                     and not any(a < o.stop and o.start < b for a, b in written[v]))
+
+
 @dataclass
 class _Round:
     k: int  # global round index
@@ -83,17 +113,28 @@ class ShmPlan:
     work_size: int
     never_written: list[tuple[int, int]]  # ranges no round writes: copied from x at the end (lazy input)
     world_size: int
+    direct: frozenset = frozenset()  # direct_messages(): (round, sender, receiver, sender's start)
+    readers: tuple[int, ...] = ()  # the receivers of this node's single-copy messages (waited for at the end)
+    direct_ranges: tuple[tuple[int, int], ...] = ()  # the ranges this node sends as single-copy messages
 
     @property
     def writes_window(self) -> bool:
         return bool(self.copy_in) or any(r.mirror or r.copy_next for r in self.rounds)
 
     @classmethod
-    def build(cls, schedule: Schedule, node: int) -> ShmPlan:
+    def build(cls, schedule: Schedule, node: int, direct: frozenset = frozenset()) -> ShmPlan:
+        """`direct`: the schedule's single-copy messages (direct_messages), which never pass through a window."""
         R = schedule.num_rounds
         active: list[tuple[int, list[Op]]] = []
+        readers, direct_ranges = set(), []
         for rnd, ops in schedule.program(node).rounds():
             ops = [o for _, o in ops if o.stop > o.start]
+            for o in ops:
+                if o.kind == OpKind.SEND and (rnd, node, o.peer, o.start) in direct:
+                    readers.add(o.peer)
+                    direct_ranges.append((o.start, o.stop))
+            # a single-copy message is no send of this rank's window (the receiver reads this rank's memory)
+            ops = [o for o in ops if o.kind != OpKind.SEND or (rnd, node, o.peer, o.start) not in direct]
             if ops:
                 active.append((rnd, ops))
         sends = [(k, o.peer, o.start, o.stop) for k, ops in active for o in ops if o.kind == OpKind.SEND]
@@ -153,7 +194,7 @@ class ShmPlan:
         start = 1 + active[0][0] if active else 1 + R
         never = _unwritten(0, schedule.work_size, _merge(written_so_far))
         return cls(node, 1 + R, rounds, copy_in[0] if active else [], start, schedule.work_size, never,
-                   schedule.world_size)
+                   schedule.world_size, direct, tuple(sorted(readers)), tuple(direct_ranges))
 
 
-__all__ = ["ShmPlan"]
+__all__ = ["ShmPlan", "direct_messages"]

@@ -38,8 +38,8 @@ except ImportError:  # no C extension: the interpreter runs every program
     ffi = lib = None
 
 WORK, SOURCE, OUT, WINDOW = 0, 1, 2, 3
-END, WAIT_DONE, WAIT_READ, COPY, REDUCE, PUBLISH, SET_READ, CHECK_ALL = range(8)
-DONE, WAITING, MISMATCH = 0, 1, -4  # csrc/plan.h: enum coll_plan_status
+END, WAIT_DONE, WAIT_READ, COPY, REDUCE, PUBLISH, SET_READ, CHECK_ALL, PEER_READ = range(9)
+DONE, WAITING, MISMATCH, PEER_READ_FAILED = 0, 1, -4, -5  # csrc/plan.h: enum coll_plan_status
 NAP_NS = 20_000  # asked for; Linux adds up to its 50 us default timer slack, so a nap lasts ~20-70 us
 
 
@@ -68,6 +68,9 @@ class Program:
     rounds: list[int]  # the schedule round of each entry of round_starts
     steps: int = 0  # counter steps of a call (every counter ends it at base + steps)
     window_bytes: int = 0  # the part of every rank's window the call uses: [0, window_bytes)
+    # where peers' PEER_READs find the node state: buffer and the byte offset of its element 0 there (negative:
+    # a lazy input that holds the state from a later element on)
+    origin: tuple[int, int] = (WORK, 0)
 
     def half_bytes(self, capacity: int) -> int:
         """The byte offset of window half 1 when the call fits in half of windows of `capacity` bytes (it then
@@ -137,6 +140,9 @@ def compile_plan(splan, itemsize: int, lazy: bool, source_range: tuple[int, int]
             copy(dst, lo, src, lo, hi - lo)
 
     mine = WINDOW + splan.node
+    if lazy:  # single-copy messages are read from SOURCE: they must lie in it
+        for lo, hi in splan.direct_ranges:
+            at(SOURCE, lo, hi)
     if splan.writes_window:
         # nobody still reads this half of the window for an earlier call (offset 0: csrc/plan.h, `reuse`)
         for q in range(splan.world_size):
@@ -163,8 +169,13 @@ def compile_plan(splan, itemsize: int, lazy: bool, source_range: tuple[int, int]
             # a peer's end of the message is [o.remote, o.remote + length) of its window (its own range: the
             # position invariant makes it [a, b), alltoall and imported schedules need not)
             if g[0].kind == OpKind.RECV and len(g) == 1:
-                if b > a:
-                    copy(WORK, a, WINDOW + g[0].peer, g[0].remote, b - a)
+                o = g[0]
+                if (r.k, o.peer, splan.node, o.remote) in splan.direct:  # from the sender's memory (PEER_READ)
+                    for lo, hi in pieces(a, b):
+                        words.extend((PEER_READ, *at(WORK, lo, hi), o.peer, (o.remote + lo - a) * itemsize,
+                                      (hi - lo) * itemsize))
+                elif b > a:
+                    copy(WORK, a, WINDOW + o.peer, o.remote, b - a)
                 continue
             operands = [(o.peer, WINDOW + o.peer, o.remote) for o in g]
             if g[0].kind == OpKind.RECV_REDUCE:
@@ -194,13 +205,23 @@ def compile_plan(splan, itemsize: int, lazy: bool, source_range: tuple[int, int]
     if lazy:  # what no round wrote is still the input: needed where the caller sees it (the output range)
         for lo, hi in splan.never_written:
             copy_range(WORK, SOURCE, max(lo, src_lo, out_lo), min(hi, src_hi, out_hi))
+    for q in splan.readers:  # they read this rank's memory: it stays as it is until they are done
+        words.extend((WAIT_READ, q, splan.total))
     words.append(CHECK_ALL)
     if out_range is not None and not out_direct and out_hi > out_lo:
         # after the agreement: a mismatched call leaves the caller's output alone
         words.extend((COPY, OUT, 0, WORK, out_lo * itemsize, (out_hi - out_lo) * itemsize))
     words.append(END)
     return Program(np.array(words, dtype=np.int64), round_starts, rounds, splan.total,
-                   splan.work_size * itemsize)
+                   splan.work_size * itemsize, (SOURCE, src_lo * itemsize) if lazy else (WORK, 0))
+
+
+def peer_read_error(q: int, errno_: int) -> RuntimeError:
+    import os
+
+    return RuntimeError(f"reading rank {q}'s memory for a single-copy message failed: {os.strerror(errno_)} "
+                        f"(errno {errno_}); set COLLECTIVES_SHM_SINGLE_COPY=0 to send every message through the "
+                        "shared windows")
 
 
 class Runner:
@@ -234,6 +255,7 @@ class Runner:
         call.steps = program.steps
         call.half_bytes = program.half_bytes(arena.capacity)
         call.first_window = WINDOW
+        call.origin_buf, call.origin_shift = program.origin
         self.half = kernel[0] == 1  # 16-bit floats: ml_dtypes arrays need a uint16 view for from_buffer
         self.keep = (program, code, checked)  # cffi does not keep what struct fields point to alive
         # the arrays the buffer pointers were last taken from (held, so their memory stays valid): a call on the
@@ -278,6 +300,8 @@ class Runner:
     def _status(self, rc: int) -> int:
         if rc >= MISMATCH:
             return rc
+        if rc == PEER_READ_FAILED:
+            raise peer_read_error(self.call.waiting, self.call.error)
         raise RuntimeError(f"shared-memory plan runner failed ({rc}) at word {self.call.ip}: a bug in collectives "
                            "(set COLLECTIVES_SHM_C=0 to use the Python interpreter of the same program)")
 
@@ -335,6 +359,8 @@ class Interpreter:
                         *(v[shift:] for v in a.views)]
         self.ip, self.seq, self.events, self.waiting, self.poisoned = 0, seq, 0, -1, False
         self.checked = [q == a.rank for q in range(a.size)]
+        buf, shift = self.program.origin
+        a.ctrl[a.rank][_arena.ORIGIN] = self.buffers[buf].ctypes.data - shift  # published by the next release
         if self.check:
             a.sign(seq, self.signature)
         return self.resume(polls, yield_cpu)
@@ -417,6 +443,14 @@ class Interpreter:
                 a.fence()
                 kernels.reduce_into(bufs[d][doff:doff + nbytes].view(dt), operands, self.op)
                 self.ip = i + 5 + 2 * n
+            elif w == PEER_READ:
+                d, doff, q, soff, n = (int(v) for v in code[i + 1:i + 6])
+                c = a.ctrl[q]
+                rc = lib.coll_peer_read(int(c[_arena.PID]), ffi.from_buffer(bufs[d][doff:doff + n]),
+                                        int(c[_arena.ORIGIN]) + soff, n)
+                if rc != 0:
+                    raise peer_read_error(q, rc)
+                self.ip = i + 6
             elif w == PUBLISH:
                 a.publish(base + int(code[i + 1]))
                 self.events += 1

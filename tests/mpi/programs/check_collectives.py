@@ -342,6 +342,8 @@ def run(args) -> int:
                   "bytes_sent_per_rank": {"ring": ring_stats["bytes_sent"], "star": star_one["bytes_sent"]},
                   "star_switch_bytes_on_rank0": star_stats["switch_bytes_received"],
                   "shared_memory": comm.shared_memory,
+                  # messages from this many bytes are read from the sender's memory (0: never; shm/plan.py)
+                  "single_copy_min": comm._ctx.arena.single_copy_min if comm.shared_memory else 0,
                   "messages": [m for ms in messages for m in ms][:20], "skips": chk.skips}
         print("RESULT " + json.dumps(result), flush=True)
     comm.close()

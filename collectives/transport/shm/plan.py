@@ -20,8 +20,9 @@ Round semantics (ops.py: sends read the round-start state, writes land at round 
 
 Single-copy messages (`direct_messages`): a message of at least the arena's `single_copy_min` bytes whose range
 the sender never writes during the call, landed by a plain store, is read by the receiver straight from the
-sender's memory (csrc/plan.h, PEER_READ) instead of through the sender's window: one copy instead of two. The
-sender leaves it out of its window and waits, before its call returns, until those readers are done
+sender's memory (csrc/plan.h, PEER_READ) instead of through the sender's window: one copy instead of two (a
+message a rank sends itself, e.g. an alltoall's own block, is then one local copy). The sender leaves it out of
+its window and waits, before its call returns, until those readers are done
 (`readers`): its input stays unchanged until then. Every rank derives the same set from the schedule alone.
 """
 
@@ -131,8 +132,9 @@ class ShmPlan:
             ops = [o for _, o in ops if o.stop > o.start]
             for o in ops:
                 if o.kind == OpKind.SEND and (rnd, node, o.peer, o.start) in direct:
-                    readers.add(o.peer)
                     direct_ranges.append((o.start, o.stop))
+                    if o.peer != node:  # a message to itself is a local copy (program.py)
+                        readers.add(o.peer)
             # a single-copy message is no send of this rank's window (the receiver reads this rank's memory)
             ops = [o for o in ops if o.kind != OpKind.SEND or (rnd, node, o.peer, o.start) not in direct]
             if ops:

@@ -128,7 +128,10 @@ def compile_plan(splan, itemsize: int, lazy: bool, source_range: tuple[int, int]
         if WORK not in (dst, src):
             words.extend((COPY, *at(dst, dlo, dlo + n), *at(src, slo, slo + n), n * itemsize))
             return
-        work_lo = dlo if dst == WORK else slo  # (never both: no instruction copies WORK to WORK)
+        if dst == src:  # a rank's message to itself, in place (not lazy: nothing of WORK lies in OUT then)
+            words.extend((COPY, dst, dlo * itemsize, src, slo * itemsize, n * itemsize))
+            return
+        work_lo = dlo if dst == WORK else slo
         for lo, hi in pieces(work_lo, work_lo + n):
             d = at(dst, dlo + lo - work_lo, dlo + hi - work_lo)
             s_ = at(src, slo + lo - work_lo, slo + hi - work_lo)
@@ -170,7 +173,9 @@ def compile_plan(splan, itemsize: int, lazy: bool, source_range: tuple[int, int]
             # position invariant makes it [a, b), alltoall and imported schedules need not)
             if g[0].kind == OpKind.RECV and len(g) == 1:
                 o = g[0]
-                if (r.k, o.peer, splan.node, o.remote) in splan.direct:  # from the sender's memory (PEER_READ)
+                if (r.k, o.peer, splan.node, o.remote) in splan.direct and o.peer == splan.node:
+                    copy(WORK, a, origin, o.remote, b - a)  # its own unchanged range: where it lies
+                elif (r.k, o.peer, splan.node, o.remote) in splan.direct:  # the sender's memory (PEER_READ)
                     for lo, hi in pieces(a, b):
                         words.extend((PEER_READ, *at(WORK, lo, hi), o.peer, (o.remote + lo - a) * itemsize,
                                       (hi - lo) * itemsize))

@@ -81,10 +81,11 @@ class Replicas:
 _TABLES: dict[int, tuple] = {}  # per topology: node tables and whether every domain's NVLink links are alike
 
 
-def _tables(topo) -> tuple[np.ndarray, np.ndarray, bool]:
-    """Per node: its domain (ranks and domain switches; -1 for other nodes) and its place in the domain (a
-    rank's index, G for the switch; -1 elsewhere); and whether every domain's NVLink links have the same
-    bandwidths, latencies and tiers. Kept per topology."""
+def _tables(topo) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """Per node: its domain as a message's sender (ranks and domain switches; -1 for other nodes) and as its
+    receiver (-2 for other nodes: a message stays inside one domain exactly where the two agree); its place in
+    the domain (a rank's index, G for the switch; -1 elsewhere); and whether every domain's NVLink links have
+    the same bandwidths, latencies and tiers. Kept per topology."""
     hit = _TABLES.get(id(topo))
     if hit is not None and hit[0] is topo:
         return hit[1]
@@ -94,12 +95,14 @@ def _tables(topo) -> tuple[np.ndarray, np.ndarray, bool]:
     place = np.full(topo.num_nodes, -1, dtype)
     domain[:N] = np.arange(N) // G
     domain[N:N + D] = np.arange(D)
+    receiver = domain.copy()
+    receiver[domain < 0] = -2
     place[:N] = np.arange(N) % G
     place[N:N + D] = G
     bw, lat, tier = topo.link_attributes(np.arange(2 * N, dtype=np.int64))
     per_domain = (x.reshape(2, D, G).transpose(1, 0, 2).reshape(D, 2 * G) for x in (bw, lat, tier))
     alike = all(bool((x[1:] == x[:1]).all()) for x in per_domain)
-    value = (domain, place, alike)
+    value = (domain, receiver, place, alike)
     if len(_TABLES) >= 4:
         _TABLES.pop(next(iter(_TABLES)))
     _TABLES[id(topo)] = (topo, value)
@@ -138,6 +141,44 @@ def _kinds(rows: list[np.ndarray]) -> np.ndarray:
     return rep
 
 
+# kinds found by comparing domains with a first one, at most this many times, before hashing every row
+MAX_PROBES = 4
+
+
+def _block_kinds(fields: list[np.ndarray], spans: list[tuple[int, int, int, int]], D: int) -> np.ndarray | None:
+    """_kinds of the rows that `spans` lay out (each (start, end, m, w): the fields' elements [start, end) are an
+    (m, D, w) block, domain d's the [:, d, :] slice), compared block by block where they lie, without laying
+    them out: a domain without a kind (the middle one first: the first domains are where a tree across
+    domains is rooted, a kind of their own) and every domain equal to it, element by element, take the kind of
+    the first of them, up to MAX_PROBES times. Few kinds (one in NVLS stages, every domain alike) are found so;
+    None where more remain or the first probe matches under half of the domains (hashing every row pays then)."""
+    rows, cols = [], []  # (D, w) blocks (a row per domain); (m, D) and (m, D, w) blocks (domains on axis 1)
+    for x in fields:
+        for a, b, m, w in spans:
+            blk = x[a:b].reshape(m, D, w)
+            if m == 1:
+                rows.append(blk[0])
+            else:
+                cols.append(blk[:, :, 0] if w == 1 else blk)
+    rep = np.full(D, -1, np.int64)
+    left = np.arange(D)
+    for probe in range(MAX_PROBES):
+        k = int(left[left.size // 2 if probe == 0 else 0])
+        every = left.size == D
+        same = np.ones(left.size, bool)
+        for blk in rows:
+            same &= ((blk if every else blk[left]) == blk[k]).all(axis=1)
+        for blk in cols:
+            same &= ((blk if every else blk[:, left]) == blk[:, k:k + 1]).all(axis=(0,) if blk.ndim == 2 else (0, 2))
+        if probe == 0 and 2 * int(same.sum()) < D:
+            return None
+        rep[left[same]] = left[same][0]  # (left is increasing)
+        left = left[~same]
+        if not left.size:
+            return rep
+    return None
+
+
 def _domain_runs(dom: np.ndarray, D: int) -> list[tuple[int, int]] | None:
     """The runs of `dom` (the domains of the in-domain messages, in message order) when each run lists every
     domain equally often in increasing order, as a lane over members in order does: (start, end) of each; else
@@ -166,12 +207,11 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
     src, dst, units, rn, ru = flows
     if D < 2 or N != G * D or src.size == 0 or not integral or float(units.sum()) * 64 >= 2.0 ** 53:
         return None  # (chunk-hop sums are exact in any order for whole chunks far below 2**53)
-    domain, place, alike = _tables(topo)
+    domain, receiver, place, alike = _tables(topo)
     if not alike:
         return None
     ds = domain[src]
-    local = (ds == domain[dst]) & (ds >= 0)
-    pos = np.flatnonzero(local)
+    pos = np.flatnonzero(ds == receiver[dst])
     if pos.size < MIN_DROPPED * src.size or pos.size % D:
         return None
     dom = ds[pos]
@@ -205,6 +245,7 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
         order = np.argsort(dom, kind="stable")
         P = pos[order].reshape(D, -1)
         rows = [x[order].reshape(D, -1) for x in fields]
+        rep = None
         del order
     else:
         # consecutive runs of one width w (m of them) are one (m, D, w) block, read domain by domain
@@ -222,9 +263,11 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
             return blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=1)
 
         P = laid(pos)
-        rows = [laid(x) for x in fields]
+        rep = _block_kinds(fields, spans, D)
+        rows = [laid(x) for x in fields] if rep is None else None
     del fields
-    rep = _kinds(rows)
+    if rep is None:
+        rep = _kinds(rows)
     del rows
     copy = np.flatnonzero(rep != np.arange(D))
     if rep[0] < 0 or copy.size == 0 or copy.size * P.shape[1] < MIN_DROPPED * src.size:
@@ -244,7 +287,8 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
     copies = np.ones(kept.size)
     kinds = np.flatnonzero(rep == np.arange(D))
     copies[np.searchsorted(kept, P[kinds])] = np.bincount(rep, minlength=D)[kinds][:, None]
-    return Replicas(kept, originals, dropped, copies, local[kept], 2 * N, src, dst, kinds.size)
+    local = domain[src[kept]] == receiver[dst[kept]]
+    return Replicas(kept, originals, dropped, copies, local, 2 * N, src, dst, kinds.size)
 
 
 def replicated_hops(rules: CostRules, flows: tuple, lag: np.ndarray | None = None, whole: bool | None = None,

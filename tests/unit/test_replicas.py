@@ -213,3 +213,44 @@ def test_stage_hops_gather_each_members_node(monkeypatch, name):
     hops, got_lag = analytic._stage_hops(rules, phase, phase.rounds[0].slots.pipeline)
     assert np.array_equal(hops.src, f[0]) and np.array_equal(hops.dst, f[1]) and np.array_equal(got_lag, lag)
     assert np.array_equal(hops.units, f[2]) and np.array_equal(hops.rn, np.unique(f[3]))
+
+
+def _laid(x: np.ndarray, spans, D: int) -> np.ndarray:
+    """The (D, c) rows `spans` lay out (domain_replicas' `laid`), written out the plain way."""
+    return np.concatenate([x[a:b].reshape(m, D, w).transpose(1, 0, 2).reshape(D, m * w) for a, b, m, w in spans],
+                          axis=1)
+
+
+@pytest.mark.parametrize("kinds_of,answers", [([0] * 6, True), ([0, 1, 1, 1, 1, 1], True),
+                                              ([0, 1, 0, 1, 0, 1], True), ([0, 0, 0, 0, 4, 5], True),
+                                              ([0, 0, 0, 3, 3, 5], False), ([0, 1, 2, 3, 4, 5], False)])
+def test_block_kinds_are_the_hashed_kinds(kinds_of, answers):
+    """replicas._block_kinds compares the domains' messages where they lie in (m, D, w) blocks: where it answers,
+    the kinds that hashing the laid-out rows gives (the first domain of each kind; a first domain of its own
+    kind found by the middle domain's probe); None where the middle domain's kind is under half of the domains
+    or the kinds are more than MAX_PROBES."""
+    D = len(kinds_of)
+    spans, start = [], 0
+    for m, w in ((1, 3), (4, 1), (2, 2)):  # a (D, w) block, an (m, D) block, an (m, D, w) block
+        spans.append((start, start + m * D * w, m, w))
+        start += m * D * w
+    rng = np.random.default_rng(7)
+    per_kind = {k: (rng.integers(0, 5, start // D), rng.random(start // D)) for k in set(kinds_of)}
+    fields = []
+    for f in range(2):
+        rows = np.stack([per_kind[k][f] for k in kinds_of])  # (D, c): domain d's values in row order
+        x = np.empty(start, rows.dtype)
+        col = 0
+        for a, b, m, w in spans:  # write the rows back into the blocks' message order
+            x[a:b] = rows[:, col:col + m * w].reshape(D, m, w).transpose(1, 0, 2).ravel()
+            col += m * w
+        fields.append(x)
+    for f, x in enumerate(fields):
+        assert np.array_equal(_laid(x, spans, D), np.stack([per_kind[k][f] for k in kinds_of]))
+    hashed = replicas._kinds([_laid(x, spans, D) for x in fields])
+    probed = replicas._block_kinds(fields, spans, D)
+    if not answers:
+        assert probed is None
+    else:
+        assert probed is not None and np.array_equal(probed, hashed)
+        assert np.array_equal(probed, [kinds_of.index(k) for k in kinds_of])

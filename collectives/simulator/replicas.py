@@ -43,9 +43,12 @@ class Replicas:
     copies: np.ndarray  # per kept message: how many messages it stands for, as float
     local: np.ndarray  # per kept message: it stays inside one domain
     nvlink_links: int  # links [0, nvlink_links) are the ranks' NVLink links
-    src: np.ndarray  # every message's ends
+    src: np.ndarray  # the kept messages' ends
     dst: np.ndarray
     kinds: int  # kinds of domain (each costed once)
+    rep: np.ndarray  # per domain: the first domain of its kind (itself for those costed)
+    gpus_per_domain: int  # G: domain d is ranks [d G, (d + 1) G) and switch node N + d, N = nvlink_links / 2
+    messages: int  # all of them, kept and dropped
     _full: np.ndarray | None = None
     _balanced: bool | None = None
 
@@ -53,7 +56,7 @@ class Replicas:
     def full_index(self) -> np.ndarray:
         """Per message: the kept message it equals (itself, or its original)."""
         if self._full is None:
-            full = np.zeros(self.src.size, np.int64)
+            full = np.zeros(self.messages, np.int64)
             full[self.kept] = np.arange(self.kept.size)
             full[self.dropped] = full[self.originals]
             self._full = full
@@ -61,11 +64,27 @@ class Replicas:
 
     @property
     def balanced(self) -> bool:
-        """Every node sends as many messages as it receives (over all messages)."""
+        """Every node sends as many messages as it receives (over all messages), counted on the kept ones: a
+        node's sends less its receives are those of the kept messages, plus, in a domain that copies another,
+        those of the copied domain's in-domain messages at the same place (all kept: every copy is one of
+        them, moved to its domain)."""
         if self._balanced is None:
-            n = max(int(self.src.max()), int(self.dst.max())) + 1
-            self._balanced = bool(np.array_equal(np.bincount(self.src, minlength=n),
-                                                 np.bincount(self.dst, minlength=n)))
+            src, dst, G = self.src, self.dst, self.gpus_per_domain
+            N = self.nvlink_links // 2
+            D = N // G
+            n = max(int(src.max()) + 1, int(dst.max()) + 1, N + D) if src.size else N + D
+            net = np.bincount(src, minlength=n) - np.bincount(dst, minlength=n)
+            copy = np.flatnonzero(self.rep != np.arange(D))
+            if copy.size:
+                def at(nodes):  # (domain, place) of in-domain nodes as one index; the switch's place is G
+                    return np.where(nodes < N, nodes + nodes // G, (nodes - N) * (G + 1) + G)
+                ls, ld = src[self.local], dst[self.local]
+                size = D * (G + 1)
+                inside = (np.bincount(at(ls), minlength=size) - np.bincount(at(ld), minlength=size)).reshape(D, G + 1)
+                moved = inside[self.rep[copy]]
+                net[:N].reshape(D, G)[copy] += moved[:, :G]
+                net[N + copy] += moved[:, G]
+            self._balanced = not bool(net.any())
         return self._balanced
 
     def expand(self, x: np.ndarray) -> np.ndarray:
@@ -287,8 +306,10 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
     copies = np.ones(kept.size)
     kinds = np.flatnonzero(rep == np.arange(D))
     copies[np.searchsorted(kept, P[kinds])] = np.bincount(rep, minlength=D)[kinds][:, None]
-    local = domain[src[kept]] == receiver[dst[kept]]
-    return Replicas(kept, originals, dropped, copies, local, 2 * N, src, dst, kinds.size)
+    kept_src, kept_dst = src[kept], dst[kept]
+    local = domain[kept_src] == receiver[kept_dst]
+    return Replicas(kept, originals, dropped, copies, local, 2 * N, kept_src, kept_dst, kinds.size, rep, G,
+                    src.size)
 
 
 def replicated_hops(rules: CostRules, flows: tuple, lag: np.ndarray | None = None, whole: bool | None = None,
@@ -304,9 +325,8 @@ def replicated_hops(rules: CostRules, flows: tuple, lag: np.ndarray | None = Non
     whole = bool(np.array_equal(units, np.floor(units))) if whole is None else whole
     rep = domain_replicas(rules, flows, lag, whole)
     if rep is not None:
-        src, dst, units, rn, ru = flows
         k = rep.kept
-        hops = flow_hops(rules, (src[k], dst[k], units[k], rn, ru), cache, share=share)
+        hops = flow_hops(rules, (rep.src, rep.dst, flows[2][k], flows[3], flows[4]), cache, share=share)
         if rep.separate(hops.fidx, hops.hl):
             hops.replicas = rep
             if hops.hl.size:  # chunk-hops per tier: each kept in-domain message once per domain of its kind

@@ -254,3 +254,37 @@ def test_block_kinds_are_the_hashed_kinds(kinds_of, answers):
     else:
         assert probed is not None and np.array_equal(probed, hashed)
         assert np.array_equal(probed, [kinds_of.index(k) for k in kinds_of])
+
+
+def _brute_balanced(src: np.ndarray, dst: np.ndarray) -> bool:
+    n = max(int(src.max()), int(dst.max())) + 1
+    return bool(np.array_equal(np.bincount(src, minlength=n), np.bincount(dst, minlength=n)))
+
+
+@pytest.mark.parametrize("name", ["hierarchical", "nvls_tree"])
+def test_balance_counted_on_the_kept_messages(monkeypatch, name):
+    """Replicas.balanced (every node sends as many messages as it receives) from the kept messages and the
+    copied domains' moved counts: what counting every message gives, balanced or not, including where only the
+    copies are out of balance."""
+    monkeypatch.setattr(replicas, "MIN_DROPPED", 0.0)
+    rules, f, lag = _stage_flows(_symmetric(), name)
+    rep = replicas.domain_replicas(rules, f, lag, True)
+    assert rep is not None and rep.balanced == _brute_balanced(f[0], f[1])
+    topology = _symmetric()
+    N, D, G = topology.world_size, topology.D, topology.G
+    fabric = N + D  # a node outside every domain
+    # each domain's first GPU sends to its switch (alike: domain 0's kept, the others copies); a fabric node takes
+    # domain 0's switch's message and gives its GPU one, so domain 0 balances and only the copies do not
+    src = np.r_[np.arange(D) * G, N, fabric]
+    dst = np.r_[N + np.arange(D), fabric, 0]
+    flows_ = (src, dst, np.ones(src.size), np.zeros(0, np.int64), np.zeros(0))
+    rules = CostRules(topology, "float32", 1 << 20, "Simple")
+    lone = replicas.domain_replicas(rules, flows_, np.zeros(src.size, np.int64), True)
+    assert lone is not None and lone.kinds == 1 and lone.kept.size == 3
+    assert not _brute_balanced(src, dst) and not lone.balanced
+    # the fabric node does the same for every domain: balanced
+    src = np.r_[np.arange(D) * G, N + np.arange(D), np.full(D, fabric)]
+    dst = np.r_[N + np.arange(D), np.full(D, fabric), np.arange(D) * G]
+    flows_ = (src, dst, np.ones(src.size), np.zeros(0, np.int64), np.zeros(0))
+    every = replicas.domain_replicas(rules, flows_, np.zeros(src.size, np.int64), True)
+    assert every is not None and _brute_balanced(src, dst) and every.balanced

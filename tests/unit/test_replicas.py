@@ -288,3 +288,15 @@ def test_balance_counted_on_the_kept_messages(monkeypatch, name):
     flows_ = (src, dst, np.ones(src.size), np.zeros(0, np.int64), np.zeros(0))
     every = replicas.domain_replicas(rules, flows_, np.zeros(src.size, np.int64), True)
     assert every is not None and _brute_balanced(src, dst) and every.balanced
+
+
+def test_whole_numbers_block_by_block():
+    """replicas.whole_numbers reads WHOLE_BLOCK elements at a time: np.array_equal(x, np.floor(x)) wherever the
+    one value that is not whole lies (first block, a block's last element, the last, partial block)."""
+    n = 3 * replicas.WHOLE_BLOCK + 5
+    base = np.arange(n, dtype=np.float64) % 17
+    assert replicas.whole_numbers(base) and replicas.whole_numbers(np.zeros(0))
+    for at, value in ((0, 0.5), (replicas.WHOLE_BLOCK - 1, 2.25), (n - 1, 1e-9), (n // 2, np.nan), (7, np.inf)):
+        x = base.copy()
+        x[at] = value
+        assert replicas.whole_numbers(x) == bool(np.array_equal(x, np.floor(x))), (at, value)

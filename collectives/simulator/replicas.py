@@ -12,14 +12,18 @@ domain of each kind only (`Replicas.kept`), and what reads every message gets th
 
 * the chunk-hops per tier count each kept in-domain message once per domain of its kind (`copies`; chunk
   counts are whole numbers, so the sums are exact, as stages.window_sums also relies on);
-* the cycle rate's balance test and means (recurrence.cycle_rows) read the full arrays (`expand`);
+* the cycle rate's means (recurrence.cycle_rows) read the full arrays (`expand`); its balance test counts
+  each node's messages on the kept ones, a copied domain's in-domain counts moved to its copies
+  (`Replicas.balanced`);
 * everything else takes maxima, or the first message attaining one, which the kept messages give unchanged:
   every copy has the values of its original, which comes first in the message order and in the node order
   (both are checked).
 
-Domains are sorted into kinds by a hash of their messages, and every domain is then compared with the first of
-its kind element by element; where a condition fails, `domain_replicas` returns None and the general path
-(every message) runs. Results are the same floats either way (tests/unit/test_replicas.py).
+Domains whose in-domain messages lie in runs over every domain are compared where the messages lie, a probe
+domain's with every other's element by element (`_block_kinds`); otherwise they are sorted into kinds by a hash
+of their messages, and every domain is then compared with the first of its kind element by element. Where a
+condition fails, `domain_replicas` returns None and the general path (every message) runs. Results are the same
+floats either way (tests/unit/test_replicas.py).
 """
 
 from __future__ import annotations

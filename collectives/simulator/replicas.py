@@ -12,14 +12,18 @@ domain of each kind only (`Replicas.kept`), and what reads every message gets th
 
 * the chunk-hops per tier count each kept in-domain message once per domain of its kind (`copies`; chunk
   counts are whole numbers, so the sums are exact, as stages.window_sums also relies on);
-* the cycle rate's balance test and means (recurrence.cycle_rows) read the full arrays (`expand`);
+* the cycle rate's means (recurrence.cycle_rows) read the full arrays (`expand`); its balance test counts
+  each node's messages on the kept ones, a copied domain's in-domain counts moved to its copies
+  (`Replicas.balanced`);
 * everything else takes maxima, or the first message attaining one, which the kept messages give unchanged:
   every copy has the values of its original, which comes first in the message order and in the node order
   (both are checked).
 
-Domains are sorted into kinds by a hash of their messages, and every domain is then compared with the first of
-its kind element by element; where a condition fails, `domain_replicas` returns None and the general path
-(every message) runs. Results are the same floats either way (tests/unit/test_replicas.py).
+Domains whose in-domain messages lie in runs over every domain are compared where the messages lie, a probe
+domain's with every other's element by element (`_block_kinds`); otherwise they are sorted into kinds by a hash
+of their messages, and every domain is then compared with the first of its kind element by element. Where a
+condition fails, `domain_replicas` returns None and the general path (every message) runs. Results are the same
+floats either way (tests/unit/test_replicas.py).
 """
 
 from __future__ import annotations
@@ -43,9 +47,12 @@ class Replicas:
     copies: np.ndarray  # per kept message: how many messages it stands for, as float
     local: np.ndarray  # per kept message: it stays inside one domain
     nvlink_links: int  # links [0, nvlink_links) are the ranks' NVLink links
-    src: np.ndarray  # every message's ends
+    src: np.ndarray  # the kept messages' ends
     dst: np.ndarray
     kinds: int  # kinds of domain (each costed once)
+    rep: np.ndarray  # per domain: the first domain of its kind (itself for those costed)
+    gpus_per_domain: int  # G: domain d is ranks [d G, (d + 1) G) and switch node N + d, N = nvlink_links / 2
+    messages: int  # all of them, kept and dropped
     _full: np.ndarray | None = None
     _balanced: bool | None = None
 
@@ -53,7 +60,7 @@ class Replicas:
     def full_index(self) -> np.ndarray:
         """Per message: the kept message it equals (itself, or its original)."""
         if self._full is None:
-            full = np.zeros(self.src.size, np.int64)
+            full = np.zeros(self.messages, np.int64)
             full[self.kept] = np.arange(self.kept.size)
             full[self.dropped] = full[self.originals]
             self._full = full
@@ -61,11 +68,27 @@ class Replicas:
 
     @property
     def balanced(self) -> bool:
-        """Every node sends as many messages as it receives (over all messages)."""
+        """Every node sends as many messages as it receives (over all messages), counted on the kept ones: a
+        node's sends less its receives are those of the kept messages, plus, in a domain that copies another,
+        those of the copied domain's in-domain messages at the same place (all kept: every copy is one of
+        them, moved to its domain)."""
         if self._balanced is None:
-            n = max(int(self.src.max()), int(self.dst.max())) + 1
-            self._balanced = bool(np.array_equal(np.bincount(self.src, minlength=n),
-                                                 np.bincount(self.dst, minlength=n)))
+            src, dst, G = self.src, self.dst, self.gpus_per_domain
+            N = self.nvlink_links // 2
+            D = N // G
+            n = max(int(src.max()) + 1, int(dst.max()) + 1, N + D) if src.size else N + D
+            net = np.bincount(src, minlength=n) - np.bincount(dst, minlength=n)
+            copy = np.flatnonzero(self.rep != np.arange(D))
+            if copy.size:
+                def at(nodes):  # (domain, place) of in-domain nodes as one index; the switch's place is G
+                    return np.where(nodes < N, nodes + nodes // G, (nodes - N) * (G + 1) + G)
+                ls, ld = src[self.local], dst[self.local]
+                size = D * (G + 1)
+                inside = (np.bincount(at(ls), minlength=size) - np.bincount(at(ld), minlength=size)).reshape(D, G + 1)
+                moved = inside[self.rep[copy]]
+                net[:N].reshape(D, G)[copy] += moved[:, :G]
+                net[N + copy] += moved[:, G]
+            self._balanced = not bool(net.any())
         return self._balanced
 
     def expand(self, x: np.ndarray) -> np.ndarray:
@@ -81,10 +104,11 @@ class Replicas:
 _TABLES: dict[int, tuple] = {}  # per topology: node tables and whether every domain's NVLink links are alike
 
 
-def _tables(topo) -> tuple[np.ndarray, np.ndarray, bool]:
-    """Per node: its domain (ranks and domain switches; -1 for other nodes) and its place in the domain (a
-    rank's index, G for the switch; -1 elsewhere); and whether every domain's NVLink links have the same
-    bandwidths, latencies and tiers. Kept per topology."""
+def _tables(topo) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """Per node: its domain as a message's sender (ranks and domain switches; -1 for other nodes) and as its
+    receiver (-2 for other nodes: a message stays inside one domain exactly where the two agree); its place in
+    the domain (a rank's index, G for the switch; -1 elsewhere); and whether every domain's NVLink links have
+    the same bandwidths, latencies and tiers. Kept per topology."""
     hit = _TABLES.get(id(topo))
     if hit is not None and hit[0] is topo:
         return hit[1]
@@ -94,12 +118,14 @@ def _tables(topo) -> tuple[np.ndarray, np.ndarray, bool]:
     place = np.full(topo.num_nodes, -1, dtype)
     domain[:N] = np.arange(N) // G
     domain[N:N + D] = np.arange(D)
+    receiver = domain.copy()
+    receiver[domain < 0] = -2
     place[:N] = np.arange(N) % G
     place[N:N + D] = G
     bw, lat, tier = topo.link_attributes(np.arange(2 * N, dtype=np.int64))
     per_domain = (x.reshape(2, D, G).transpose(1, 0, 2).reshape(D, 2 * G) for x in (bw, lat, tier))
     alike = all(bool((x[1:] == x[:1]).all()) for x in per_domain)
-    value = (domain, place, alike)
+    value = (domain, receiver, place, alike)
     if len(_TABLES) >= 4:
         _TABLES.pop(next(iter(_TABLES)))
     _TABLES[id(topo)] = (topo, value)
@@ -138,6 +164,44 @@ def _kinds(rows: list[np.ndarray]) -> np.ndarray:
     return rep
 
 
+# kinds found by comparing domains with a first one, at most this many times, before hashing every row
+MAX_PROBES = 4
+
+
+def _block_kinds(fields: list[np.ndarray], spans: list[tuple[int, int, int, int]], D: int) -> np.ndarray | None:
+    """_kinds of the rows that `spans` lay out (each (start, end, m, w): the fields' elements [start, end) are an
+    (m, D, w) block, domain d's the [:, d, :] slice), compared block by block where they lie, without laying
+    them out: a domain without a kind (the middle one first: the first domains are where a tree across
+    domains is rooted, a kind of their own) and every domain equal to it, element by element, take the kind of
+    the first of them, up to MAX_PROBES times. Few kinds (one in NVLS stages, every domain alike) are found so;
+    None where more remain or the first probe matches under half of the domains (hashing every row pays then)."""
+    rows, cols = [], []  # (D, w) blocks (a row per domain); (m, D) and (m, D, w) blocks (domains on axis 1)
+    for x in fields:
+        for a, b, m, w in spans:
+            blk = x[a:b].reshape(m, D, w)
+            if m == 1:
+                rows.append(blk[0])
+            else:
+                cols.append(blk[:, :, 0] if w == 1 else blk)
+    rep = np.full(D, -1, np.int64)
+    left = np.arange(D)
+    for probe in range(MAX_PROBES):
+        k = int(left[left.size // 2 if probe == 0 else 0])
+        every = left.size == D
+        same = np.ones(left.size, bool)
+        for blk in rows:
+            same &= ((blk if every else blk[left]) == blk[k]).all(axis=1)
+        for blk in cols:
+            same &= ((blk if every else blk[:, left]) == blk[:, k:k + 1]).all(axis=(0,) if blk.ndim == 2 else (0, 2))
+        if probe == 0 and 2 * int(same.sum()) < D:
+            return None
+        rep[left[same]] = left[same][0]  # (left is increasing)
+        left = left[~same]
+        if not left.size:
+            return rep
+    return None
+
+
 def _domain_runs(dom: np.ndarray, D: int) -> list[tuple[int, int]] | None:
     """The runs of `dom` (the domains of the in-domain messages, in message order) when each run lists every
     domain equally often in increasing order, as a lane over members in order does: (start, end) of each; else
@@ -166,12 +230,11 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
     src, dst, units, rn, ru = flows
     if D < 2 or N != G * D or src.size == 0 or not integral or float(units.sum()) * 64 >= 2.0 ** 53:
         return None  # (chunk-hop sums are exact in any order for whole chunks far below 2**53)
-    domain, place, alike = _tables(topo)
+    domain, receiver, place, alike = _tables(topo)
     if not alike:
         return None
     ds = domain[src]
-    local = (ds == domain[dst]) & (ds >= 0)
-    pos = np.flatnonzero(local)
+    pos = np.flatnonzero(ds == receiver[dst])
     if pos.size < MIN_DROPPED * src.size or pos.size % D:
         return None
     dom = ds[pos]
@@ -205,6 +268,7 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
         order = np.argsort(dom, kind="stable")
         P = pos[order].reshape(D, -1)
         rows = [x[order].reshape(D, -1) for x in fields]
+        rep = None
         del order
     else:
         # consecutive runs of one width w (m of them) are one (m, D, w) block, read domain by domain
@@ -222,9 +286,11 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
             return blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=1)
 
         P = laid(pos)
-        rows = [laid(x) for x in fields]
+        rep = _block_kinds(fields, spans, D)
+        rows = [laid(x) for x in fields] if rep is None else None
     del fields
-    rep = _kinds(rows)
+    if rep is None:
+        rep = _kinds(rows)
     del rows
     copy = np.flatnonzero(rep != np.arange(D))
     if rep[0] < 0 or copy.size == 0 or copy.size * P.shape[1] < MIN_DROPPED * src.size:
@@ -244,7 +310,20 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
     copies = np.ones(kept.size)
     kinds = np.flatnonzero(rep == np.arange(D))
     copies[np.searchsorted(kept, P[kinds])] = np.bincount(rep, minlength=D)[kinds][:, None]
-    return Replicas(kept, originals, dropped, copies, local[kept], 2 * N, src, dst, kinds.size)
+    kept_src, kept_dst = src[kept], dst[kept]
+    local = domain[kept_src] == receiver[kept_dst]
+    return Replicas(kept, originals, dropped, copies, local, 2 * N, kept_src, kept_dst, kinds.size, rep, G,
+                    src.size)
+
+
+WHOLE_BLOCK = 1 << 16  # elements whole_numbers reads at a time
+
+
+def whole_numbers(x: np.ndarray) -> bool:
+    """np.array_equal(x, np.floor(x)) read WHOLE_BLOCK elements at a time: the block's floor stays in the
+    processor's caches instead of a fresh array as large as x (millions of chunk counts)."""
+    return all(bool((np.floor(x[lo:lo + WHOLE_BLOCK]) == x[lo:lo + WHOLE_BLOCK]).all())
+               for lo in range(0, x.size, WHOLE_BLOCK))
 
 
 def replicated_hops(rules: CostRules, flows: tuple, lag: np.ndarray | None = None, whole: bool | None = None,
@@ -257,12 +336,11 @@ def replicated_hops(rules: CostRules, flows: tuple, lag: np.ndarray | None = Non
     cache = path_cache(rules.topology)
     units = flows[2]
     lag = np.zeros(units.size, np.int64) if lag is None else lag
-    whole = bool(np.array_equal(units, np.floor(units))) if whole is None else whole
+    whole = whole_numbers(units) if whole is None else whole
     rep = domain_replicas(rules, flows, lag, whole)
     if rep is not None:
-        src, dst, units, rn, ru = flows
         k = rep.kept
-        hops = flow_hops(rules, (src[k], dst[k], units[k], rn, ru), cache, share=share)
+        hops = flow_hops(rules, (rep.src, rep.dst, flows[2][k], flows[3], flows[4]), cache, share=share)
         if rep.separate(hops.fidx, hops.hl):
             hops.replicas = rep
             if hops.hl.size:  # chunk-hops per tier: each kept in-domain message once per domain of its kind
@@ -272,4 +350,4 @@ def replicated_hops(rules: CostRules, flows: tuple, lag: np.ndarray | None = Non
     return flow_hops(rules, flows, cache, share=share), lag
 
 
-__all__ = ["Replicas", "domain_replicas", "replicated_hops"]
+__all__ = ["Replicas", "domain_replicas", "replicated_hops", "whole_numbers"]

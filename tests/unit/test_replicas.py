@@ -213,3 +213,90 @@ def test_stage_hops_gather_each_members_node(monkeypatch, name):
     hops, got_lag = analytic._stage_hops(rules, phase, phase.rounds[0].slots.pipeline)
     assert np.array_equal(hops.src, f[0]) and np.array_equal(hops.dst, f[1]) and np.array_equal(got_lag, lag)
     assert np.array_equal(hops.units, f[2]) and np.array_equal(hops.rn, np.unique(f[3]))
+
+
+def _laid(x: np.ndarray, spans, D: int) -> np.ndarray:
+    """The (D, c) rows `spans` lay out (domain_replicas' `laid`), written out the plain way."""
+    return np.concatenate([x[a:b].reshape(m, D, w).transpose(1, 0, 2).reshape(D, m * w) for a, b, m, w in spans],
+                          axis=1)
+
+
+@pytest.mark.parametrize("kinds_of,answers", [([0] * 6, True), ([0, 1, 1, 1, 1, 1], True),
+                                              ([0, 1, 0, 1, 0, 1], True), ([0, 0, 0, 0, 4, 5], True),
+                                              ([0, 0, 0, 3, 3, 5], False), ([0, 1, 2, 3, 4, 5], False)])
+def test_block_kinds_are_the_hashed_kinds(kinds_of, answers):
+    """replicas._block_kinds compares the domains' messages where they lie in (m, D, w) blocks: where it answers,
+    the kinds that hashing the laid-out rows gives (the first domain of each kind; a first domain of its own
+    kind found by the middle domain's probe); None where the middle domain's kind is under half of the domains
+    or the kinds are more than MAX_PROBES."""
+    D = len(kinds_of)
+    spans, start = [], 0
+    for m, w in ((1, 3), (4, 1), (2, 2)):  # a (D, w) block, an (m, D) block, an (m, D, w) block
+        spans.append((start, start + m * D * w, m, w))
+        start += m * D * w
+    rng = np.random.default_rng(7)
+    per_kind = {k: (rng.integers(0, 5, start // D), rng.random(start // D)) for k in set(kinds_of)}
+    fields = []
+    for f in range(2):
+        rows = np.stack([per_kind[k][f] for k in kinds_of])  # (D, c): domain d's values in row order
+        x = np.empty(start, rows.dtype)
+        col = 0
+        for a, b, m, w in spans:  # write the rows back into the blocks' message order
+            x[a:b] = rows[:, col:col + m * w].reshape(D, m, w).transpose(1, 0, 2).ravel()
+            col += m * w
+        fields.append(x)
+    for f, x in enumerate(fields):
+        assert np.array_equal(_laid(x, spans, D), np.stack([per_kind[k][f] for k in kinds_of]))
+    hashed = replicas._kinds([_laid(x, spans, D) for x in fields])
+    probed = replicas._block_kinds(fields, spans, D)
+    if not answers:
+        assert probed is None
+    else:
+        assert probed is not None and np.array_equal(probed, hashed)
+        assert np.array_equal(probed, [kinds_of.index(k) for k in kinds_of])
+
+
+def _brute_balanced(src: np.ndarray, dst: np.ndarray) -> bool:
+    n = max(int(src.max()), int(dst.max())) + 1
+    return bool(np.array_equal(np.bincount(src, minlength=n), np.bincount(dst, minlength=n)))
+
+
+@pytest.mark.parametrize("name", ["hierarchical", "nvls_tree"])
+def test_balance_counted_on_the_kept_messages(monkeypatch, name):
+    """Replicas.balanced (every node sends as many messages as it receives) from the kept messages and the
+    copied domains' moved counts: what counting every message gives, balanced or not, including where only the
+    copies are out of balance."""
+    monkeypatch.setattr(replicas, "MIN_DROPPED", 0.0)
+    rules, f, lag = _stage_flows(_symmetric(), name)
+    rep = replicas.domain_replicas(rules, f, lag, True)
+    assert rep is not None and rep.balanced == _brute_balanced(f[0], f[1])
+    topology = _symmetric()
+    N, D, G = topology.world_size, topology.D, topology.G
+    fabric = N + D  # a node outside every domain
+    # each domain's first GPU sends to its switch (alike: domain 0's kept, the others copies); a fabric node takes
+    # domain 0's switch's message and gives its GPU one, so domain 0 balances and only the copies do not
+    src = np.r_[np.arange(D) * G, N, fabric]
+    dst = np.r_[N + np.arange(D), fabric, 0]
+    flows_ = (src, dst, np.ones(src.size), np.zeros(0, np.int64), np.zeros(0))
+    rules = CostRules(topology, "float32", 1 << 20, "Simple")
+    lone = replicas.domain_replicas(rules, flows_, np.zeros(src.size, np.int64), True)
+    assert lone is not None and lone.kinds == 1 and lone.kept.size == 3
+    assert not _brute_balanced(src, dst) and not lone.balanced
+    # the fabric node does the same for every domain: balanced
+    src = np.r_[np.arange(D) * G, N + np.arange(D), np.full(D, fabric)]
+    dst = np.r_[N + np.arange(D), np.full(D, fabric), np.arange(D) * G]
+    flows_ = (src, dst, np.ones(src.size), np.zeros(0, np.int64), np.zeros(0))
+    every = replicas.domain_replicas(rules, flows_, np.zeros(src.size, np.int64), True)
+    assert every is not None and _brute_balanced(src, dst) and every.balanced
+
+
+def test_whole_numbers_block_by_block():
+    """replicas.whole_numbers reads WHOLE_BLOCK elements at a time: np.array_equal(x, np.floor(x)) wherever the
+    one value that is not whole lies (first block, a block's last element, the last, partial block)."""
+    n = 3 * replicas.WHOLE_BLOCK + 5
+    base = np.arange(n, dtype=np.float64) % 17
+    assert replicas.whole_numbers(base) and replicas.whole_numbers(np.zeros(0))
+    for at, value in ((0, 0.5), (replicas.WHOLE_BLOCK - 1, 2.25), (n - 1, 1e-9), (n // 2, np.nan), (7, np.inf)):
+        x = base.copy()
+        x[at] = value
+        assert replicas.whole_numbers(x) == bool(np.array_equal(x, np.floor(x))), (at, value)

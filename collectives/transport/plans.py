@@ -33,6 +33,9 @@ from .choose import Choice
 from .executors import DONE, MISMATCH, LocalExecutor, MessageExecutor, NativeExecutor, ShmExecutor
 from .progress import advance_others
 from .shm.executor import POLLS
+from .shm.program import Runner, lib
+
+_run_plan = lib.coll_plan_run if lib is not None else None  # (a Runner exists only with the C extension)
 
 _IN_WORK, _IN_SCRATCH, _BROADCAST, _GATHER, _GENERAL = range(5)  # how run() binds a call's buffers
 # a blocking call of MPI's own collective polls this often before joining the queue (yielding the CPU between
@@ -293,12 +296,32 @@ class Plan:
     def run(self, x: np.ndarray, out, timeout: float | None):
         """One blocking call (the communicator checked the key). The plan runner's calls are bound and started
         here, without a queue entry, unless something needs the general path (a call in flight, a buffer the
-        quick check does not accept: the validator then raises the precise error, or copies a strided input)."""
-        ctx = self.ctx
+        quick check does not accept: the validator then raises the precise error, or copies a strided input).
+        A call on the buffers of the last one, whose binding is fixed, restarts the C runner on the pointers it
+        holds (`_quick`: start_inline's work without its look-ups) while those pointers are still this plan's
+        (`owner`: Runner.start clears it) over the same windows; anything else takes the general path."""
         quick = self._quick
-        if quick is not None and x is self._x and out is self._out and ctx.fast and \
-                (self.mode == calls.NEW or out.flags.writeable):
-            return self._rerun(quick, x, out, timeout)
+        if quick is not None and x is self._x and out is self._out:
+            engine, inner, arena, res, frozen_ok = quick
+            ctx = self.ctx
+            if ctx.fast and (frozen_ok or out.flags.writeable) and engine.owner is self and \
+                    engine.generation == arena.generation:
+                seq = ctx.seq = ctx.seq + 1
+                self.calls += 1
+                inner.engine = engine  # the call in flight (resume() and a timeout report read it)
+                call = engine.call
+                call.seq = seq
+                rc = _run_plan(call, POLLS, inner.yield_cpu, 1)
+                if rc != DONE:  # a late peer or a mismatch: the bounded wait (or the runner's error)
+                    engine.status(rc)
+                    launch = Launch(self, seq, x, out, res, started=True)
+                    ctx.queue.submit(launch, False, timeout)
+                    return launch.result
+                if self.finalizing:  # (a fixed binding needs nothing else after the runner: fixed_binding)
+                    finalize(res, self.op, self.p)
+                return res
+            self._quick = None
+        ctx = self.ctx
         if not (self.inline and ctx.fast):
             if self.direct and ctx.fast and not self.wide and calls.buffers_fit(x, out, self.mode, self.out_count):
                 return self._run_direct(x, out, timeout)
@@ -314,31 +337,12 @@ class Plan:
             return self.submit(x, out, False, timeout)
         res, work, source = self._binding or self.bind_inline(x, out)
         result = self.start_inline(x, out, res, work, source, timeout)
-        if self._binding is not None:  # the next call on these buffers reruns the C runner directly (_rerun)
-            engine = self.executor.inner.engine
-            self._quick = engine if hasattr(engine, "rerun") else None
+        engine = self.executor.inner.engine
+        if self._binding is not None and isinstance(engine, Runner):  # the next call on these buffers: _quick
+            inner = self.executor.inner
+            engine.owner = self
+            self._quick = (engine, inner, inner.arena, res, self.mode == calls.NEW)
         return result
-
-    def _rerun(self, engine, x: np.ndarray, out, timeout: float | None):
-        """run() of a call on the buffers of the last one, whose binding is fixed: the C runner restarted on the
-        pointers it holds (start_inline's work without its look-ups; where the windows or the pointers changed
-        since, the general path)."""
-        res, work, source = self._binding
-        inner = self.executor.inner
-        if engine.generation != inner.arena.generation or not engine.bound(work, source, res if self.io else None):
-            self._quick = None
-            return self.start_inline(x, out, res, work, source, timeout)
-        ctx = self.ctx
-        seq = ctx.seq = ctx.seq + 1
-        self.calls += 1
-        inner.engine = engine  # the call in flight (resume() and a timeout report read it)
-        if engine.rerun(seq, POLLS, inner.yield_cpu) != DONE:  # a late peer or a mismatch: the bounded wait
-            launch = Launch(self, seq, x, out, res, started=True)
-            ctx.queue.submit(launch, False, timeout)
-            return launch.result
-        if self.finalizing:  # (a fixed binding needs nothing else after the runner: fixed_binding)
-            finalize(res, self.op, self.p)
-        return res
 
     # a call on the shared-memory plan runner, started on the caller's thread (bind_inline, then start_inline):
     # only when the buffers fit the plan (calls.buffers_fit) and nothing is in flight (`self.inline and

@@ -236,7 +236,7 @@ class Runner:
     is the peer, `poisoned` whether it only passed the news on). Reused call after call: its C state and pointer
     arrays are built once, so a call costs two pointer stores and one C call."""
 
-    __slots__ = ("program", "call", "buffers", "keep", "generation", "half", "_work", "_source", "_out")
+    __slots__ = ("program", "call", "buffers", "keep", "generation", "half", "owner", "_work", "_source", "_out")
 
     def __init__(self, program: Program, arena: _arena.Arena, kernel: tuple[int, int, int], signature: int,
                  check: bool) -> None:
@@ -266,12 +266,16 @@ class Runner:
         # the arrays the buffer pointers were last taken from (held, so their memory stays valid): a call on the
         # same arrays as the last one reuses the pointers
         self._work = self._source = self._out = None
+        # the plan whose fixed binding the pointers are (plans.Plan.run restarts the runner on them directly,
+        # setting call.seq and calling coll_plan_run itself); every start() clears it
+        self.owner = None
 
     def start(self, work: np.ndarray, source: np.ndarray | None, seq: int, polls: int, yield_cpu: int,
               out: np.ndarray | None = None) -> int:
         """Start call `seq` on contiguous `work` (and `source`, the lazy input, and `out`, the output a program
         with an output range writes; any shape) and run it as far as it goes; the counters' base is read in C
         when the call starts."""
+        self.owner = None
         buffers = self.buffers
         if work is not self._work:
             self._work = work
@@ -286,23 +290,13 @@ class Runner:
         call = self.call
         call.seq = seq
         rc = lib.coll_plan_run(call, polls, yield_cpu, 1)
-        return rc if rc >= MISMATCH else self._status(rc)
-
-    def bound(self, work: np.ndarray, source: np.ndarray | None, out: np.ndarray | None) -> bool:
-        """The buffer pointers are these arrays' (the last start() was on them)."""
-        return work is self._work and source is self._source and out is self._out
-
-    def rerun(self, seq: int, polls: int, yield_cpu: int) -> int:
-        """start() on the buffers of the last call (the caller checked `bound`)."""
-        call = self.call
-        call.seq = seq
-        rc = lib.coll_plan_run(call, polls, yield_cpu, 1)
-        return rc if rc >= MISMATCH else self._status(rc)
+        return rc if rc >= MISMATCH else self.status(rc)
 
     def resume(self, polls: int, yield_cpu: int) -> int:
-        return self._status(lib.coll_plan_run(self.call, polls, yield_cpu, 0))
+        return self.status(lib.coll_plan_run(self.call, polls, yield_cpu, 0))
 
-    def _status(self, rc: int) -> int:
+    def status(self, rc: int) -> int:
+        """A status of coll_plan_run: DONE, WAITING or MISMATCH as they are; RuntimeError for a runner error."""
         if rc >= MISMATCH:
             return rc
         if rc == PEER_READ_FAILED:

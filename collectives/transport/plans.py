@@ -302,24 +302,9 @@ class Plan:
         (`owner`: Runner.start clears it) over the same windows; anything else takes the general path."""
         quick = self._quick
         if quick is not None and x is self._x and out is self._out:
-            engine, inner, arena, res, frozen_ok = quick
-            ctx = self.ctx
-            if ctx.fast and (frozen_ok or out.flags.writeable) and engine.owner is self and \
-                    engine.generation == arena.generation:
-                seq = ctx.seq = ctx.seq + 1
-                self.calls += 1
-                inner.engine = engine  # the call in flight (resume() and a timeout report read it)
-                call = engine.call
-                call.seq = seq
-                rc = _run_plan(call, POLLS, inner.yield_cpu, 1)
-                if rc != DONE:  # a late peer or a mismatch: the bounded wait (or the runner's error)
-                    engine.status(rc)
-                    launch = Launch(self, seq, x, out, res, started=True)
-                    ctx.queue.submit(launch, False, timeout)
-                    return launch.result
-                if self.finalizing:  # (a fixed binding needs nothing else after the runner: fixed_binding)
-                    finalize(res, self.op, self.p)
-                return res
+            if self.ctx.fast and (quick[4] or out.flags.writeable) and quick[0].owner is self and \
+                    quick[0].generation == quick[2].generation:
+                return self.restart(quick, x, out, timeout)
             self._quick = None
         ctx = self.ctx
         if not (self.inline and ctx.fast):
@@ -337,12 +322,40 @@ class Plan:
             return self.submit(x, out, False, timeout)
         res, work, source = self._binding or self.bind_inline(x, out)
         result = self.start_inline(x, out, res, work, source, timeout)
-        engine = self.executor.inner.engine
-        if self._binding is not None and isinstance(engine, Runner):  # the next call on these buffers: _quick
-            inner = self.executor.inner
-            engine.owner = self
-            self._quick = (engine, inner, inner.arena, res, self.mode == calls.NEW)
+        if self._binding is not None:  # the next call on these buffers restarts the runner directly
+            self._quick = self.quick_state(self, res)
         return result
+
+    def quick_state(self, owner, res) -> tuple | None:
+        """After a call started on the plan runner with a fixed binding: what `restart` needs to run the next one
+        on the same pointers (the engine, marked as `owner`'s until anything else starts it), or None where the
+        engine is the Python interpreter."""
+        inner = self.executor.inner
+        engine = inner.engine
+        if not isinstance(engine, Runner):
+            return None
+        engine.owner = owner
+        return engine, inner, inner.arena, res, self.mode == calls.NEW
+
+    def restart(self, quick: tuple, x: np.ndarray, out, timeout: float | None):
+        """The call again on the pointers the C runner holds (quick_state's; the caller checked that they are
+        still its owner's, over the same windows, with nothing in flight)."""
+        engine, inner, _arena, res, _new = quick
+        ctx = self.ctx
+        seq = ctx.seq = ctx.seq + 1
+        self.calls += 1
+        inner.engine = engine  # the call in flight (resume() and a timeout report read it)
+        call = engine.call
+        call.seq = seq
+        rc = _run_plan(call, POLLS, inner.yield_cpu, 1)
+        if rc != DONE:  # a late peer or a mismatch: the bounded wait (or the runner's error)
+            engine.status(rc)
+            launch = Launch(self, seq, x, out, res, started=True)
+            ctx.queue.submit(launch, False, timeout)
+            return launch.result
+        if self.finalizing:  # (a fixed binding needs nothing else after the runner: fixed_binding)
+            finalize(res, self.op, self.p)
+        return res
 
     # a call on the shared-memory plan runner, started on the caller's thread (bind_inline, then start_inline):
     # only when the buffers fit the plan (calls.buffers_fit) and nothing is in flight (`self.inline and

@@ -84,6 +84,21 @@ try:
 except collectives.CallMismatchError:
     pass
 comm.broadcast(b, root=2, algorithm="one_shot")
+# persistent calls restart the runner on their own pointers: two of one signature on different arrays, and the
+# method's call on a third, interleaved, each keep their own result (the runner is rebound whenever they alternate)
+u, v, w3 = (np.full(5, r + 1.0, np.float32) for _ in range(3))
+pu, pv = comm.persistent("allreduce", u, out=u, algorithm="ring"), comm.persistent("allreduce", v, out=v,
+                                                                                   algorithm="ring")
+total = p * (p + 1) / 2
+for i in range(3):
+    u[:] = r + 1.0
+    pu.run()
+    pu.run()  # a rerun on the pointers it holds: u was total, now p * total
+    v[:] = r + 2.0
+    pv.run()
+    w3[:] = r + 3.0
+    comm.allreduce(w3, out=w3, algorithm="ring")
+    assert (u == p * total).all() and (v == total + p).all() and (w3 == total + 2 * p).all(), (i, u, v, w3)
 # a call in flight while a new signature grows the windows: it finishes first (it runs on the windows replaced);
 # the last rank comes late, so the others' asynchronous call is still waiting for it when they build the plan
 import time

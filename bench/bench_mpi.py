@@ -13,7 +13,7 @@ direct and recursive_doubling; for the other collectives every algorithm of thei
 around it), which is what auto runs where it picks MPI's own.
 
 Noise-robust: for every size the candidates (MPI's own collective, `auto`, each algorithm) are measured in
-*interleaved* trials (native, auto, algo1, ..., then again), each trial a timed loop of the same number of calls
+*interleaved* trials (native, auto, algo1, ..., then again, the order rotated by one each time), each trial a timed loop of the same number of calls
 on every rank; a trial's time is the slowest rank's mean per call. busbw = bytes x NCCL's factor / time
 (allreduce 2(p-1)/p, reduce_scatter and allgather (p-1)/p, broadcast and reduce 1) from the median trial; a ratio is the median over trials of t_native / t_candidate, paired within
 the trial (slow drifts of a shared machine cancel).

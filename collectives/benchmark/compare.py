@@ -1,7 +1,7 @@
 """Candidates measured against each other in the same run: MPI's own collective and the library's algorithms.
 
 For every size the candidates are timed in *interleaved* trials (native, candidate 1, candidate 2, ..., then
-again), each trial a timed loop of the same number of calls on every rank; a trial's time is the slowest rank's
+again, the order rotated by one each time), each trial a timed loop of the same number of calls on every rank; a trial's time is the slowest rank's
 mean per call. A ratio is the median over trials of t_native / t_candidate, paired within the trial, so slow
 drifts of a shared machine cancel. Used by `bench/bench_mpi.py` (the tables behind the README's claims) and by
 `collectives calibrate --decisions` (which algorithm auto runs at which size on this host).
@@ -108,9 +108,12 @@ class Comparison:
 def compare(mpi, candidates: list[tuple[str, Callable]], trials: int, seconds: float) -> Comparison:
     iters = [iterations(mpi, fn, seconds) for _, fn in candidates]
     times: list[list[float]] = [[] for _ in candidates]
-    for _ in range(trials):
-        for i, (_, fn) in enumerate(candidates):
-            times[i].append(trial(mpi, fn, iters[i]))
+    n = len(candidates)
+    for t in range(trials):
+        # the order rotates from trial to trial: each candidate follows each other one as often (the one run
+        # right after MPI's own collective measured up to 20% slower than the same algorithm elsewhere)
+        for i in [(t + j) % n for j in range(n)]:
+            times[i].append(trial(mpi, candidates[i][1], iters[i]))
     return Comparison([c[0] for c in candidates], times)
 
 

@@ -301,7 +301,8 @@ def steps(rank: int, p: int, comm, noop, rounds: int) -> list:
     (`time.process_time`: time a rank spends off the CPU does not count, so a busy host changes little): the calls
     through torch (backend, persistent floor, no-op floor), the group's allreduce called directly, the library's
     persistent run, and each step of the fast path timed alone (the op's read, the tensor checks, the bound call's
-    look-up, the lock, the returned Work's wait). Best read at one rank, where no call waits for a peer."""
+    look-up, the lock, the returned Work's wait; and, to compare, the wait() of a completed Work made in C++ from a
+    future). Best read at one rank, where no call waits for a peer."""
     pg = dist.distributed_c10d._get_default_group()
     t = torch.ones(2)
     opts = dist.AllreduceOptions()
@@ -309,6 +310,9 @@ def steps(rank: int, p: int, comm, noop, rounds: int) -> list:
     dist.all_reduce(t)  # binds t's persistent call
     by_address, ptr, lock, work = pg._by_address, t.data_ptr(), LOCK, pg._done
     tensor_type = torch.Tensor
+    done = torch.futures.Future()
+    done.set_result([t])
+    cpp_work = torch._C._distributed_c10d._create_work_from_future(done)  # a completed Work made in C++
 
     def locked():
         lock.acquire()
@@ -326,6 +330,7 @@ def steps(rank: int, p: int, comm, noop, rounds: int) -> list:
            "step: numel, dtype": lambda: (t.numel(), t.dtype),
            "step: lock acquire, release": locked,
            "step: returned Work's wait()": work.wait,
+           "(a C++ Work's wait(), for comparison)": cpp_work.wait,
            "empty lambda (the loop's own)": lambda: None}
     if by_address.get(ptr) is None:
         sys.exit("bench_torch.py --steps: the backend's all_reduce took its general path (no bound call for the "

@@ -3,6 +3,7 @@
     mpiexec -n 2 python bench/bench_torch.py                  # 8 B .. 64 MiB, four collectives
     mpiexec -n 4 python bench/bench_torch.py --max-size 1MiB
     mpiexec -n 2 python bench/bench_torch.py --overhead       # only 8-byte calls: backend vs library
+    mpiexec -n 1 python bench/bench_torch.py --steps          # the 8-byte all_reduce's steps, CPU clock
 
 One launch creates the default group with backend "collectives" and a second group over the same ranks with
 backend "gloo". For each collective and size the calls are timed interleaved: after a warm-up, `--rounds` rounds,
@@ -16,12 +17,19 @@ ratios (a round's blocks ran back to back), with the lowest and highest round.
 
 `--overhead` times only 8-byte calls (no gloo), over more and shorter rounds (41 of 20 ms by default): all_reduce
 through the backend, the library's call, torch's no-op floor, a pass-through floor (a Python group whose
-allreduce runs the library's call on an array made once, and nothing else) and the library's persistent call alone
-(`PersistentCall.run` on an array made once: what the backend's blocking all_reduce runs), with what the backend
-adds to the pass-through floor; then each other collective of
+allreduce runs the library's call on an array made once, and nothing else), a persistent floor (a Python group
+whose allreduce runs the library's persistent call on an array made once, and nothing else: the backend's fast path
+without its own checks, look-up and lock) and the library's persistent call alone (`PersistentCall.run` on an
+array made once: what the backend's blocking all_reduce runs), with what the backend adds to the persistent floor;
+then each other collective of
 `--collectives`, the backend against the library's call. Each prints the backend's time over the library's with its
 spread. Calls go through the default group, as `dist.all_reduce(t)` (torch's look-up of the default group
 included); the floors' groups are passed as `group=`.
+
+`--steps` (best at one rank: `mpiexec -n 1 python bench/bench_torch.py --steps`) times, on the rank's own CPU
+clock, the backend's 8-byte all_reduce, the persistent and no-op floors, the group's allreduce called directly, the
+persistent run, and each step of the fast path alone: where the backend's microseconds go, and figures that a busy
+host changes little (time off the CPU does not count).
 
 Each table ends with the number of rounds in which some rank had the CPU for less than 90% of a block (the
 host's other work took it): many such rounds mean the figures measure the host's load, not the calls.
@@ -49,6 +57,7 @@ except ImportError as exc:  # torch is an optional extra
     sys.exit(f"bench_torch.py needs PyTorch's CPU build (docs/torch.md, 'Install'): {exc}")
 
 import collectives.torch as ct
+from collectives.torch.work import LOCK
 from collectives.transport.mpi_library import MPI
 from collectives.units import human, parse_size
 
@@ -86,6 +95,22 @@ class PassThroughGroup(NoopGroup):
         return "passthrough"
 
 
+class PersistentGroup(NoopGroup):
+    """A group whose allreduce runs the library's persistent call on a numpy array made once (what the backend's
+    blocking all_reduce runs), with nothing else: the backend's fast path minus its own checks, look-up and lock."""
+
+    def __init__(self, rank: int, size: int, comm) -> None:
+        super().__init__(rank, size)
+        self._run = persistent_call(comm)
+
+    def allreduce(self, tensors, opts=None):
+        self._run()
+        return self._work
+
+    def getBackendName(self) -> str:  # noqa: N802 - torch's name
+        return "persistentfloor"
+
+
 def noop_group(p: int):
     dist.Backend.register_backend("noop", lambda o, _=None: NoopGroup(o.group_rank, o.group_size),
                                   extended_api=True, devices=["cpu"])
@@ -96,6 +121,13 @@ def pass_through_group(p: int, comm):
     dist.Backend.register_backend("passthrough", lambda o, _=None: PassThroughGroup(o.group_rank, o.group_size, comm),
                                   extended_api=True, devices=["cpu"])
     return dist.new_group(list(range(p)), backend="passthrough")
+
+
+def persistent_group(p: int, comm):
+    dist.Backend.register_backend("persistentfloor",
+                                  lambda o, _=None: PersistentGroup(o.group_rank, o.group_size, comm),
+                                  extended_api=True, devices=["cpu"])
+    return dist.new_group(list(range(p)), backend="persistentfloor")
 
 
 def sizes(lo: int, hi: int) -> list[int]:
@@ -199,11 +231,13 @@ def persistent_call(comm):
 
 def overhead(rank: int, p: int, comm, noop, rounds: int, budget: float) -> dict:
     """The 8-byte all_reduce through the backend, the library's own call, torch's no-op floor, the pass-through
-    floor (torch's wrapper plus the library's call on 8 bytes of numpy, nothing between) and a persistent call's
-    run on 8 bytes of numpy (what the backend's blocking all_reduce runs)."""
+    floor (torch's wrapper plus the library's call on 8 bytes of numpy, nothing between), the persistent floor
+    (torch's wrapper plus a persistent call's run, nothing between) and a persistent call's run on 8 bytes of numpy
+    alone (what the backend's blocking all_reduce runs)."""
     fns = {"collectives": make_call("all_reduce", 8, None, p), "library": make_library_call("all_reduce", 8, comm, p),
            "torch_noop": make_call("all_reduce", 8, noop, p),
            "pass_through": make_call("all_reduce", 8, pass_through_group(p, comm), p),
+           "persistent_floor": make_call("all_reduce", 8, persistent_group(p, comm), p),
            "persistent": persistent_call(comm)}
     times, starved = timed_rounds(fns, rounds, budget, comm.mpi_comm)
     us = {k: [round(x * 1e6, 3) for x in spread(v)] for k, v in times.items()}
@@ -212,9 +246,11 @@ def overhead(rank: int, p: int, comm, noop, rounds: int, budget: float) -> dict:
            **{f"{k}_us": v for k, v in us.items()},
            "collectives_over_library": [round(x, 2) for x in ratio_spread(times, "collectives", "library")],
            "pass_through_over_library": [round(x, 2) for x in ratio_spread(times, "pass_through", "library")],
+           "persistent_floor_over_library": [round(x, 2) for x in ratio_spread(times, "persistent_floor",
+                                                                               "library")],
            "persistent_over_library": [round(x, 2) for x in ratio_spread(times, "persistent", "library")],
            "backend_own_us": [round(x * 1e6, 3) for x in spread([a - b for a, b in zip(
-               times["collectives"], times["pass_through"], strict=True)])]}
+               times["collectives"], times["persistent_floor"], strict=True)])]}
     if rank == 0:
         print(f"# torch {torch.__version__}, {p} ranks, 8-byte all_reduce, {rounds} interleaved rounds of "
               f"{budget * 1e3:g} ms blocks; per call: median (lowest-highest round)")
@@ -222,13 +258,15 @@ def overhead(rank: int, p: int, comm, noop, rounds: int, budget: float) -> dict:
                          ("library", "library: Communicator.allreduce"),
                          ("torch_noop", "torch's no-op floor (group=noop)"),
                          ("pass_through", "pass-through floor (group=)"),
+                         ("persistent_floor", "persistent floor (group=)"),
                          ("persistent", "library: PersistentCall.run")):
             m, lo, hi = us[k]
             print(f"{label:34s} {m:7.2f} us  ({lo:.2f}-{hi:.2f})")
         m, lo, hi = row["backend_own_us"]
-        print(f"{'backend - pass-through':34s} {m:7.2f} us  ({lo:.2f}-{hi:.2f})")
+        print(f"{'backend - persistent floor':34s} {m:7.2f} us  ({lo:.2f}-{hi:.2f})")
         for k, label in (("collectives_over_library", "backend / library"),
                          ("pass_through_over_library", "pass-through / library"),
+                         ("persistent_floor_over_library", "persistent floor / library"),
                          ("persistent_over_library", "persistent run / library")):
             m, lo, hi = row[k]
             print(f"{label:34s} {m:7.2f} x   (rounds {lo:.2f}-{hi:.2f})")
@@ -258,6 +296,69 @@ def overhead_others(rank: int, p: int, comm, names: list, rounds: int, budget: f
     return rows
 
 
+def steps(rank: int, p: int, comm, noop, rounds: int) -> list:
+    """Where an 8-byte all_reduce through the backend spends its time, on each rank's own CPU clock
+    (`time.process_time`: time a rank spends off the CPU does not count, so a busy host changes little): the calls
+    through torch (backend, persistent floor, no-op floor), the group's allreduce called directly, the library's
+    persistent run, and each step of the fast path timed alone (the op's read, the tensor checks, the bound call's
+    look-up, the lock, the returned Work's wait; and, to compare, the wait() of a completed Work made in C++ from a
+    future). Best read at one rank, where no call waits for a peer."""
+    pg = dist.distributed_c10d._get_default_group()
+    t = torch.ones(2)
+    opts = dist.AllreduceOptions()
+    opts.asyncOp = False
+    dist.all_reduce(t)  # binds t's persistent call
+    by_address, ptr, lock, work = pg._by_address, t.data_ptr(), LOCK, pg._done
+    tensor_type = torch.Tensor
+    done = torch.futures.Future()
+    done.set_result([t])
+    cpp_work = torch._C._distributed_c10d._create_work_from_future(done)  # a completed Work made in C++
+
+    def locked():
+        lock.acquire()
+        lock.release()
+
+    fns = {"backend: dist.all_reduce(t)": lambda: dist.all_reduce(t),
+           "persistent floor (group=)": make_call("all_reduce", 8, persistent_group(p, comm), p),
+           "torch's no-op floor (group=noop)": make_call("all_reduce", 8, noop, p),
+           "group.allreduce([t], opts) direct": lambda: pg.allreduce([t], opts),
+           "library: PersistentCall.run": persistent_call(comm),
+           "step: hash(opts.reduceOp)": lambda: hash(opts.reduceOp),
+           "step: opts.asyncOp": lambda: opts.asyncOp,
+           "step: type, is_contiguous": lambda: type(t) is tensor_type and t.is_contiguous(),
+           "step: look-up by data_ptr": lambda: by_address.get(t.data_ptr()),
+           "step: numel, dtype": lambda: (t.numel(), t.dtype),
+           "step: lock acquire, release": locked,
+           "step: returned Work's wait()": work.wait,
+           "(a C++ Work's wait(), for comparison)": cpp_work.wait,
+           "empty lambda (the loop's own)": lambda: None}
+    if by_address.get(ptr) is None:
+        sys.exit("bench_torch.py --steps: the backend's all_reduce took its general path (no bound call for the "
+                 "tensor), so its steps are not the fast path's")
+    iters = 10000
+    times: dict = {k: [] for k in fns}
+    for fn in fns.values():
+        for _ in range(iters // 10):
+            fn()
+    sync = comm.mpi_comm.Barrier
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            sync()
+            start = time.process_time()
+            for _ in range(iters):
+                fn()
+            times[k].append((time.process_time() - start) / iters)
+    rows = [{"what": k, "rank": rank, "ranks": p, "rounds": rounds,
+             "cpu_us": [round(x * 1e6, 3) for x in spread(v)]} for k, v in times.items()]
+    if rank == 0:
+        print(f"# torch {torch.__version__}, {p} rank(s), 8-byte all_reduce and its steps, CPU time per call on "
+              f"rank 0: median (lowest-highest) of {rounds} rounds of {iters} calls")
+        for r in rows:
+            m, lo, hi = r["cpu_us"]
+            print(f"{r['what']:40s} {m:7.3f} us  ({lo:.3f}-{hi:.3f})")
+    return rows
+
+
 def starved_note(starved: int, rounds: int, p: int) -> str:
     note = f"# rounds in which a rank had the CPU < 90% of a block: {starved} of {rounds}"
     if starved and p > (os.cpu_count() or 1):
@@ -275,6 +376,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, help="interleaved rounds per size (default 7; --overhead: 41)")
     ap.add_argument("--budget", type=float, help="seconds per block (default 0.05; --overhead: 0.02)")
     ap.add_argument("--overhead", action="store_true", help="only 8-byte calls: backend vs library (and floors)")
+    ap.add_argument("--steps", action="store_true", help="the 8-byte all_reduce's steps on the CPU clock "
+                    "(best at one rank: mpiexec -n 1)")
     ap.add_argument("--json", help="write the rows here (rank 0)")
     args = ap.parse_args()
     rounds = args.rounds or (41 if args.overhead else 7)
@@ -289,7 +392,9 @@ def main() -> None:
     rank, p = ct.init_process_group()
     noop = noop_group(p)
     comm = dist.distributed_c10d._get_default_group().comm  # the backend's library communicator
-    if args.overhead:
+    if args.steps:
+        rows = steps(rank, p, comm, noop, args.rounds or 15)
+    elif args.overhead:
         rows = [overhead(rank, p, comm, noop, rounds, budget)] if "all_reduce" in args.collectives else []
         rows += overhead_others(rank, p, comm, [c for c in args.collectives if c != "all_reduce"], rounds, budget)
     else:

@@ -41,7 +41,8 @@ class BoundCalls:
     """Persistent calls (`Communicator.persistent`) of the tensors a group used last: a hit is one run of the bound
     call, without the library method's look-ups.
 
-    In-place allreduces by the tensor's data address (`by_address`: address -> (size, dtype, op, the call's run),
+    In-place allreduces by the tensor's data address (`by_address`: address -> (size, dtype, the op's
+    `hash(ReduceOp)`, the call's run),
     looked up by DirectCalls.allreduce itself): reused for a tensor at the same address with the same size and
     dtype, and the same op. A hit needs no check of which tensor the entry was made for: the caller holds a
     (contiguous) tensor over those very bytes, which is what the bound call reads and writes. Calls with an input
@@ -56,16 +57,17 @@ class BoundCalls:
         self.by_address: dict[int, tuple] = {}
         self._pairs: dict[tuple, tuple] = {}
 
-    def bind(self, t: torch.Tensor, op: str, comm):
-        """Bind t's in-place allreduce (t: a contiguous tensor, `type(t) is torch.Tensor`) and return its run, or
-        None when the library's call would refuse it (the caller's general path then raises the clear error)."""
+    def bind(self, t: torch.Tensor, op: str | None, key: int, comm):
+        """Bind t's in-place allreduce with op (named by `key`, its `hash(ReduceOp)`; t: a contiguous tensor,
+        `type(t) is torch.Tensor`) and return its run, or None when op is None or the library's call would refuse
+        it (the caller's general path then raises the clear error)."""
         if op is None or comm is None:
             return None
         a = self._views.get(t)
         call = _persistent(comm, "allreduce", a, a, op) if a is not None else None
         if call is None:
             return None
-        _remember(self.by_address, t.data_ptr(), (t.numel(), t.dtype, op, call.run))
+        _remember(self.by_address, t.data_ptr(), (t.numel(), t.dtype, key, call.run))
         return call.run
 
     def pair(self, collective: str, x: np.ndarray, out: np.ndarray, op: str, comm):
@@ -103,14 +105,15 @@ class DirectCalls:
     def allreduce(self, tensors, opts=None):
         if opts is not None and len(tensors) == 1:
             t = tensors[0]
-            op = _OPS.get(hash(opts.reduceOp))  # None: an op the general path handles (or refuses)
+            key = hash(opts.reduceOp)  # the op's RedOpType value (tensors.OPS_BY_HASH)
             if type(t) is _Tensor and t.is_contiguous():
                 if not opts.asyncOp and self._coalesced is None and not _IN_FLIGHT:
                     hit = self._by_address.get(t.data_ptr())
-                    if hit is not None and hit[0] == t.numel() and hit[1] is t.dtype and hit[2] is op:
+                    # an entry exists only for an op bound calls take, so the same key is the same op
+                    if hit is not None and hit[0] == t.numel() and hit[1] is t.dtype and hit[2] == key:
                         run = hit[3]
                     else:  # None unless a dense CPU tensor of a supported dtype, and an op bound calls take
-                        run = self._bound.bind(t, op, self.comm)
+                        run = self._bound.bind(t, _OPS.get(key), key, self.comm)
                     if run is not None:
                         _acquire()
                         try:
@@ -118,7 +121,7 @@ class DirectCalls:
                         finally:
                             _release()
                         return self._done
-                elif op is not None and self._views.get(t) is not None:
+                elif (op := _OPS.get(key)) is not None and self._views.get(t) is not None:
                     a = T.as_numpy(t)  # in flight after the return: an array that keeps the tensor alive
                     return self._issue("all_reduce", [(self._comm().allreduce, (a,), {"out": a, "op": op})], opts,
                                        None, tensors)

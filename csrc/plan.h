@@ -33,7 +33,9 @@
  * signature slots (call number, signature hash; slot = call number & 1), a poison word and two flag words (one
  * per slot: 2 x call number + a bit, written by the Python agreement before it signs; the runner ignores them),
  * in one cache line, then its `read` counter in the next, and two private words (`reuse`, one per window half:
- * the `read` value at which the peers are done with the last call that wrote that half). The call agreement rides on the waits a call makes anyway: a run writes
+ * the `read` value at which the peers are done with the last call that wrote that half), then for PEER_READ its process
+ * id, its `origin` for the call in flight (written by a restart) and its control block's own address (what the
+ * transport's probe reads at setup). The call agreement rides on the waits a call makes anyway: a run writes
  * its signature slot first; every wait on a peer for this call (target above the call's base) also reads the
  * peer's slot, in the line it polls: a peer that has started the same call number with another signature is a
  * mismatch, and so is a peer whose poison word names this call (it found a mismatch: it propagates); CHECK_ALL

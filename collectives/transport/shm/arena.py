@@ -91,8 +91,9 @@ class Arena:
         while not req.Test():
             time.sleep(1e-6)
         if agreed[1] != -agreed[2]:
-            raise ValueError(f"the ranks of this host set {'COLLECTIVES_SHM_SINGLE_COPY'} differently ({agreed[1]} "
-                             f"to {-agreed[2]} bytes; this rank: {min_bytes}): set it alike on every rank")
+            name = "COLLECTIVES_SHM_SINGLE_COPY"
+            raise ValueError(f"the ranks of this host set {name} differently ({agreed[1]} to {-agreed[2]} bytes; "
+                             f"this rank: {min_bytes}): set it alike on every rank")
         self.single_copy_min = min_bytes if agreed[0] else 0
         return self.single_copy_min
 
@@ -275,5 +276,5 @@ def create(runtime, one_host: bool) -> Arena | None:
     return arena
 
 
-__all__ = ["Arena", "CTRL_WORDS", "ORIGIN", "PID", "DONE", "MATCH", "MISMATCH", "NOT_STARTED", "POISONED", "READ", "create",
-           "enabled"]
+__all__ = ["Arena", "CTRL_WORDS", "DONE", "MATCH", "MISMATCH", "NOT_STARTED", "ORIGIN", "PID", "POISONED", "READ",
+           "create", "enabled"]

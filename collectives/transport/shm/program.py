@@ -68,8 +68,8 @@ class Program:
     rounds: list[int]  # the schedule round of each entry of round_starts
     steps: int = 0  # counter steps of a call (every counter ends it at base + steps)
     window_bytes: int = 0  # the part of every rank's window the call uses: [0, window_bytes)
-    # where peers' PEER_READs find the node state: buffer and the byte offset of its element 0 there (negative:
-    # a lazy input that holds the state from a later element on)
+    # where peers' PEER_READs find the node state: (buffer, bytes before its start where element 0 of the state
+    # would lie): WORK, or a lazy input that holds the state from its element src_lo on
     origin: tuple[int, int] = (WORK, 0)
 
     def half_bytes(self, capacity: int) -> int:

@@ -69,9 +69,9 @@ def direct_messages(schedule: Schedule, itemsize: int, min_bytes: int) -> frozen
     least `min_bytes` (0: none), a range the sender never writes during the call (so its value is the input,
     or the state it had before the call, until the call ends), stored by the receiver as it is (a reduce reads
     its operands from the sender's window). The same on every rank."""
-    if min_bytes <= 0:
+    min_len = -(-min_bytes // itemsize) if min_bytes > 0 else 0
+    if min_len <= 0 or schedule.work_size < min_len:  # no message can be that long: skip every rank's program
         return frozenset()
-    min_len = -(-min_bytes // itemsize)
     programs = [schedule.program(v) for v in range(schedule.world_size)]
     written = []
     stores = set()  # (round, receiver, sender, sender's start, length) of every plain store

@@ -156,6 +156,18 @@ def check_split(counts, p: int, what: str) -> tuple[int, ...]:
     return values
 
 
+def check_v_out(x: np.ndarray, out, want: int, p: int) -> None:
+    """alltoallv's `out`: `want` elements of x's dtype, writeable, C-contiguous, apart from x."""
+    if not isinstance(out, np.ndarray) or out.dtype != x.dtype or out.size != want:
+        raise ValueError(f"alltoallv out must be a numpy.ndarray of {want} elements of x's dtype (the sum of "
+                         f"recv_counts), got {getattr(out, 'size', type(out).__name__)} elements")
+    check_buffers("allreduce", out.reshape(-1), None, p)
+    if not out.flags.writeable or not out.flags.c_contiguous:
+        raise ValueError("alltoallv out must be writeable and C-contiguous")
+    if out.size and np.may_share_memory(out, x):
+        raise ValueError("alltoallv out overlaps x; pass separate arrays")
+
+
 def buffers_fit(x: np.ndarray, out, mode: int, want: int) -> bool:
     """The per-call fast check: True when x and out need no validation beyond what the plan fixed (the plan key
     holds x's dtype and shape and the output mode). False: call check_buffers for the precise error, or make

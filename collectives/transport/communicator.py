@@ -3,7 +3,7 @@
 Every call is: look up the plan of the call's signature (plans.py; built once, with the one validator of
 calls.py) -> `plan.run(x, out)`. The methods below only name the collective and pass the arguments on; a
 call with the common arguments (a numpy array, no parameters, blocking) finds its plan with one dictionary
-lookup.
+lookup, and one that repeats the collective's last call on the same arrays by identity checks (`_again_*`).
 """
 
 from __future__ import annotations
@@ -22,11 +22,13 @@ from ..schedule.collective import REDUCING
 from . import calls, choose, context, p2p
 from .agreement import check_mode
 from .calls import check_timeout
+from .counts import exchange_counts
 from .domains import DomainSpec, find_domains, topology_for
 from .errors import CollectiveTimeoutError
 from .host import discover, share_kernel_threads, warn_if_alone
 from .persistent import PersistentCall
 from .plans import Plan
+from .progress import poll_until
 from .runtime import Runtime
 from .shm import arena as _arena
 
@@ -36,17 +38,7 @@ if TYPE_CHECKING:  # MPI only where a communicator runs on it: torch's runtime n
     from . import daemon
 
 PLANS = 128  # plans kept per communicator (least recently used dropped)
-
-
-def _bounded(req, deadline: float | None) -> bool:
-    """Poll `req` until it completes (True) or the monotonic `deadline` passes (False)."""
-    nap = 0.0
-    while not req.Test():
-        if deadline is not None and time.monotonic() > deadline:
-            return False
-        nap = min(1e-3, nap * 2 or 1e-5)
-        time.sleep(nap)
-    return True
+_NO_CALL = (None,) * 8  # an `_again_*` record that no call matches (x is never None)
 
 
 class Communicator:
@@ -75,7 +67,7 @@ class Communicator:
             # Bound the setup: Dup, Split_type and the exchanges below are blocking collectives; an entry barrier
             # with a deadline first makes sure every rank has entered init (else CollectiveTimeoutError).
             deadline = None if timeout is None else time.monotonic() + timeout
-            if not _bounded(comm.Ibarrier(), deadline):
+            if not poll_until(comm.Ibarrier(), deadline):
                 raise CollectiveTimeoutError(
                     f"rank {comm.Get_rank()}: collectives.init did not complete within {timeout} s: not every rank "
                     "of the communicator called collectives.init (a peer may be dead, stuck or late); set "
@@ -96,6 +88,7 @@ class Communicator:
         self._hot: dict[tuple, Plan] = {}  # plans of calls with the common arguments, by their short key
         self._retired = dict(ctx.stats)  # statistics of dropped plans
         self._last: Plan | None = None  # the plan of the last call
+        self._forget_again()
         self.generation = 0  # counts plan drops: a persistent call made before one re-validates its plan
         context.live.add(self)
 
@@ -199,12 +192,21 @@ class Communicator:
         `deterministic=True` (default: the communicator's) uses the fixed rank-order reduction of algorithm
         'direct'; `accumulate="float32"` carries float16/bfloat16 partial sums in float32 and rounds once.
         """
+        a = self._again_allreduce
+        if x is a[0] and out is a[1] and op == a[2] and algorithm == a[3] and x.dtype is a[4] and \
+                timeout is None and not (async_op or params) and deterministic is None and accumulate is None and \
+                (out is not None or x.shape == a[5]):
+            self._last = plan = a[7]
+            return plan.run(x, out, None)
         if type(x) is np.ndarray and not async_op and not params and deterministic is None and accumulate is None:
             plan = self._hot.get(("allreduce", x.dtype, x.shape, op, None, algorithm,
                                   0 if out is None else 1 if out is x else 2))
             if plan is not None:
                 self._last = plan
-                return plan.run(x, out, timeout if timeout is None else check_timeout(timeout))
+                if timeout is None:
+                    self._again_allreduce = (x, out, op, algorithm, x.dtype, x.shape, None, plan)
+                    return plan.run(x, out, None)
+                return plan.run(x, out, check_timeout(timeout))
         return self._call("allreduce", x, out, op, None, algorithm, async_op, timeout, params, deterministic,
                           accumulate)
 
@@ -212,46 +214,80 @@ class Communicator:
                        timeout: float | None = None, deterministic: bool | None = None,
                        accumulate: str | None = None, **params):
         """Reduce `x` (p·k elements) over all ranks; rank r gets elements [r·k, (r+1)·k) of the result."""
+        a = self._again_reduce_scatter
+        if x is a[0] and out is a[1] and op == a[2] and algorithm == a[3] and x.dtype is a[4] and \
+                timeout is None and not (async_op or params) and deterministic is None and accumulate is None and \
+                (out is not None or x.shape == a[5]):
+            self._last = plan = a[7]
+            return plan.run(x, out, None)
         if type(x) is np.ndarray and not async_op and not params and deterministic is None and accumulate is None:
             plan = self._hot.get(("reduce_scatter", x.dtype, x.shape, op, None, algorithm,
                                   0 if out is None else 1 if out is x else 2))
             if plan is not None:
                 self._last = plan
-                return plan.run(x, out, timeout if timeout is None else check_timeout(timeout))
+                if timeout is None:
+                    self._again_reduce_scatter = (x, out, op, algorithm, x.dtype, x.shape, None, plan)
+                    return plan.run(x, out, None)
+                return plan.run(x, out, check_timeout(timeout))
         return self._call("reduce_scatter", x, out, op, None, algorithm, async_op, timeout, params, deterministic,
                           accumulate)
 
     def allgather(self, x, out=None, algorithm: str = "auto", *, async_op: bool = False,
                   timeout: float | None = None, **params):
         """Concatenate every rank's `x` (k elements) in rank order: p·k elements on every rank."""
+        a = self._again_allgather
+        if x is a[0] and out is a[1] and algorithm == a[3] and x.dtype is a[4] and timeout is None and \
+                not (async_op or params) and (out is not None or x.shape == a[5]):
+            self._last = plan = a[7]
+            return plan.run(x, out, None)
         if type(x) is np.ndarray and not async_op and not params:
             plan = self._hot.get(("allgather", x.dtype, x.shape, "sum", None, algorithm,
                                   0 if out is None else 1 if out is x else 2))
             if plan is not None:
                 self._last = plan
-                return plan.run(x, out, timeout if timeout is None else check_timeout(timeout))
+                if timeout is None:
+                    self._again_allgather = (x, out, "sum", algorithm, x.dtype, x.shape, None, plan)
+                    return plan.run(x, out, None)
+                return plan.run(x, out, check_timeout(timeout))
         return self._call("allgather", x, out, "sum", None, algorithm, async_op, timeout, params)
 
     def broadcast(self, x, root: int = 0, algorithm: str = "auto", *, async_op: bool = False,
                   timeout: float | None = None, **params):
         """Copy root's `x` into every rank's `x` (in place) and return it."""
+        a = self._again_broadcast
+        if x is a[0] and root == a[6] and algorithm == a[3] and x.dtype is a[4] and timeout is None and \
+                not (async_op or params):
+            self._last = plan = a[7]
+            return plan.run(x, x, None)
         if type(x) is np.ndarray and not async_op and not params:
             plan = self._hot.get(("broadcast", x.dtype, x.shape, "sum", root, algorithm, 1))
             if plan is not None:
                 self._last = plan
-                return plan.run(x, x, timeout if timeout is None else check_timeout(timeout))
+                if timeout is None:
+                    self._again_broadcast = (x, x, "sum", algorithm, x.dtype, x.shape, root, plan)
+                    return plan.run(x, x, None)
+                return plan.run(x, x, check_timeout(timeout))
         return self._call("broadcast", x, x, "sum", root, algorithm, async_op, timeout, params)
 
     def reduce(self, x, out=None, root: int = 0, op: str = "sum", algorithm: str = "auto", *,
                async_op: bool = False, timeout: float | None = None, deterministic: bool | None = None,
                accumulate: str | None = None, **params):
         """Reduce `x` over all ranks onto `root` (returns the result there, None elsewhere)."""
+        a = self._again_reduce
+        if x is a[0] and out is a[1] and op == a[2] and algorithm == a[3] and x.dtype is a[4] and root == a[6] and \
+                timeout is None and not (async_op or params) and deterministic is None and accumulate is None and \
+                (out is not None or x.shape == a[5]):
+            self._last = plan = a[7]
+            return plan.run(x, out, None)
         if type(x) is np.ndarray and not async_op and not params and deterministic is None and accumulate is None:
             plan = self._hot.get(("reduce", x.dtype, x.shape, op, root, algorithm,
                                   0 if out is None else 1 if out is x else 2))
             if plan is not None:
                 self._last = plan
-                return plan.run(x, out, timeout if timeout is None else check_timeout(timeout))
+                if timeout is None:
+                    self._again_reduce = (x, out, op, algorithm, x.dtype, x.shape, root, plan)
+                    return plan.run(x, out, None)
+                return plan.run(x, out, check_timeout(timeout))
         return self._call("reduce", x, out, op, root, algorithm, async_op, timeout, params, deterministic,
                           accumulate)
 
@@ -259,12 +295,20 @@ class Communicator:
                  timeout: float | None = None, **params):
         """Exchange blocks: rank r's `x` is p blocks of k elements, block d for rank d; it gets p blocks, block s
         from rank s (MPI_Alltoall; torch's all_to_all_single with even splits)."""
+        a = self._again_alltoall
+        if x is a[0] and out is a[1] and algorithm == a[3] and x.dtype is a[4] and timeout is None and \
+                not (async_op or params) and (out is not None or x.shape == a[5]):
+            self._last = plan = a[7]
+            return plan.run(x, out, None)
         if type(x) is np.ndarray and not async_op and not params:
             plan = self._hot.get(("alltoall", x.dtype, x.shape, "sum", None, algorithm,
                                   0 if out is None else 1 if out is x else 2))
             if plan is not None:
                 self._last = plan
-                return plan.run(x, out, timeout if timeout is None else check_timeout(timeout))
+                if timeout is None:
+                    self._again_alltoall = (x, out, "sum", algorithm, x.dtype, x.shape, None, plan)
+                    return plan.run(x, out, None)
+                return plan.run(x, out, check_timeout(timeout))
         return self._call("alltoall", x, out, "sum", None, algorithm, async_op, timeout, params)
 
     def alltoallv(self, x, send_counts, recv_counts, out=None, algorithm: str = "auto", *,
@@ -285,7 +329,7 @@ class Communicator:
         if sum(sends) != x.size:
             raise ValueError(f"alltoallv send_counts add up to {sum(sends)} elements but x has {x.size}")
         if out is not None:
-            self._check_v_out(x, out, sum(recvs))
+            calls.check_v_out(x, out, sum(recvs), p)
         if ctx.queue:  # the exchange is an MPI collective: every earlier call goes first on every rank
             ctx.queue.wait(ctx.queue.launches[-1], timeout)
         counts = exchange_counts(ctx, sends, recvs, x.dtype, algorithm, params, timeout)
@@ -310,16 +354,6 @@ class Communicator:
         if not async_op:
             return plan.run(x, out, timeout)
         return plan.submit(x, out, True, timeout)
-
-    def _check_v_out(self, x: np.ndarray, out, want: int) -> None:
-        if not isinstance(out, np.ndarray) or out.dtype != x.dtype or out.size != want:
-            raise ValueError(f"alltoallv out must be a numpy.ndarray of {want} elements of x's dtype (the sum of "
-                             f"recv_counts), got {getattr(out, 'size', type(out).__name__)} elements")
-        calls.check_buffers("allreduce", out.reshape(-1), None, self.size)
-        if not out.flags.writeable or not out.flags.c_contiguous:
-            raise ValueError("alltoallv out must be writeable and C-contiguous")
-        if out.size and np.may_share_memory(out, x):
-            raise ValueError("alltoallv out overlaps x; pass separate arrays")
 
     def gather(self, x, out=None, root: int = 0, *, async_op: bool = False, timeout: float | None = None):
         """Concatenate every rank's `x` (k elements) in rank order on `root` (p·k elements there; None
@@ -461,7 +495,16 @@ class Communicator:
             self._retire(self._plans.popitem(last=False)[1])
         return plan
 
+    def _forget_again(self) -> None:
+        """Drop the records of the last call per collective (`_again_*`): a call with the same arguments on the
+        same arrays finds its plan by identity checks instead of the short key's hash. A record is (x, out, op,
+        algorithm, x.dtype, x.shape, root, plan): the dtype by identity and, for a new output, the shape, since
+        an array's own can be reassigned in place; nothing else about the call can differ for the same objects."""
+        self._again_allreduce = self._again_reduce_scatter = self._again_allgather = _NO_CALL
+        self._again_broadcast = self._again_reduce = self._again_alltoall = _NO_CALL
+
     def _retire(self, plan: Plan) -> None:
+        self._forget_again()
         self.generation += 1
         self._add_stats(self._retired, plan)
         for k, v in list(self._hot.items()):
@@ -469,6 +512,7 @@ class Communicator:
                 del self._hot[k]
 
     def _drop_plans(self) -> None:
+        self._forget_again()
         self.generation += 1
         for plan in self._plans.values():
             self._add_stats(self._retired, plan)
@@ -503,7 +547,7 @@ class Communicator:
                 # freeing windows and the communicator is collective: only when every rank is here to do it (a
                 # peer that died after its last call would leave this rank blocked in MPI_Win_free)
                 limit = min(ctx.timeout or 10.0, 10.0) if timeout is None else timeout
-                if _bounded(ctx.runtime.ibarrier(), time.monotonic() + limit):
+                if poll_until(ctx.runtime.ibarrier(), time.monotonic() + limit):
                     if ctx.arena is not None:
                         ctx.arena.free()
                     ctx.p2p.free()
@@ -522,45 +566,6 @@ class Communicator:
     def __repr__(self) -> str:
         return (f"<collectives.Communicator rank {self.rank}/{self.size}, {len(self.domains)} domain(s), "
                 f"{self.daemons} switch daemon(s)>")
-
-
-def exchange_counts(ctx, sends: tuple[int, ...], recvs: tuple[int, ...], dtype: np.dtype, algorithm: str,
-                    params: dict, timeout: float | None) -> np.ndarray:
-    """The p x p counts matrix of an alltoallv call, from every rank's (send, receive) counts (a bounded
-    Iallgather); raises CallMismatchError on every rank if the ranks' calls differ (dtype, algorithm, call
-    number) and ValueError if rank s's send count to d is not rank d's receive count from s."""
-    from ..errors import CallMismatchError
-    from .agreement import _code
-
-    p = ctx.size
-    seq = ctx.seq + 1  # the exchange belongs to the call issued next
-    what = f"{dtype_name(dtype)} {algorithm} {sorted(params.items())!r}"
-    mine = np.array([seq, _code(what), *sends, *recvs], np.int64)
-    allv = np.empty((p, mine.size), np.int64)
-    req = ctx.runtime.iallgather(mine, allv)
-    limit = ctx.timeout if timeout is None else timeout
-    if not _bounded(req, None if limit is None else time.monotonic() + limit):
-        err = CollectiveTimeoutError(
-            f"rank {ctx.rank}: alltoallv #{seq}: not every rank exchanged its counts within {limit} s (a peer may be "
-            "dead, stuck, or have called a different collective)", collective="alltoallv", seq=seq, timeout=limit)
-        ctx.fail(err)
-        raise err
-    if len(set(allv[:, 0].tolist())) > 1 or len(set(allv[:, 1].tolist())) > 1:
-        ctx.seq = seq
-        raise CallMismatchError(
-            f"rank {ctx.rank}: mismatched alltoallv calls at call #{seq}: the ranks differ in their call number, dtype "
-            "or algorithm (every rank must issue the same collectives in the same order); no data was exchanged",
-            seq=seq, fields={"call": allv[:, 0].tolist()} if len(set(allv[:, 0].tolist())) > 1 else {})
-    counts = allv[:, 2:2 + p]
-    received = allv[:, 2 + p:].T  # received[s, d]: what rank d expects from rank s
-    bad = np.argwhere(counts != received)
-    if bad.size:
-        ctx.seq = seq
-        s, d = (int(v) for v in bad[0])
-        raise ValueError(f"alltoallv counts disagree: rank {s} sends {int(counts[s, d])} elements to rank {d}, which "
-                         f"expects {int(received[s, d])} from it (send_counts[d] on rank s must equal recv_counts[s] "
-                         "on rank d); no data was exchanged")
-    return counts.copy()
 
 
 def init(mpi_comm: MPI.Comm | Runtime | None = None, *, ranks_per_domain: DomainSpec | None = None, topology=None,

@@ -302,9 +302,17 @@ class Plan:
         (`owner`: Runner.start clears it) over the same windows; anything else takes the general path."""
         quick = self._quick
         if quick is not None and x is self._x and out is self._out:
-            if self.ctx.fast and (quick[4] or out.flags.writeable) and quick[0].owner is self and \
-                    quick[0].generation == quick[2].generation:
-                return self.restart(quick, x, out, timeout)
+            engine = quick[0]
+            ctx = self.ctx
+            if ctx.fast and (quick[4] or out.flags.writeable) and engine.owner is self and \
+                    engine.generation == quick[2].generation:
+                # restart(quick, x, out, timeout) written out: the hottest path of small calls
+                call = engine.call
+                call.seq = ctx.seq = ctx.seq + 1
+                self.calls += 1
+                quick[1].engine = engine
+                rc = _run_plan(call, POLLS, quick[1].yield_cpu, 1)
+                return quick[3] if rc == DONE and not self.finalizing else self.restarted(quick, rc, x, out, timeout)
             self._quick = None
         ctx = self.ctx
         if not (self.inline and ctx.fast):
@@ -340,18 +348,21 @@ class Plan:
     def restart(self, quick: tuple, x: np.ndarray, out, timeout: float | None):
         """The call again on the pointers the C runner holds (quick_state's; the caller checked that they are
         still its owner's, over the same windows, with nothing in flight)."""
-        engine, inner, _arena, res, _new = quick
+        engine, inner = quick[0], quick[1]
         ctx = self.ctx
-        seq = ctx.seq = ctx.seq + 1
+        call = engine.call
+        call.seq = ctx.seq = ctx.seq + 1
         self.calls += 1
         inner.engine = engine  # the call in flight (resume() and a timeout report read it)
-        call = engine.call
-        call.seq = seq
-        rc = _run_plan(call, POLLS, inner.yield_cpu, 1)
+        return self.restarted(quick, _run_plan(call, POLLS, inner.yield_cpu, 1), x, out, timeout)
+
+    def restarted(self, quick: tuple, rc: int, x: np.ndarray, out, timeout: float | None):
+        """The result of a restarted call whose runner returned `rc`."""
+        res = quick[3]
         if rc != DONE:  # a late peer or a mismatch: the bounded wait (or the runner's error)
-            engine.status(rc)
-            launch = Launch(self, seq, x, out, res, started=True)
-            ctx.queue.submit(launch, False, timeout)
+            quick[0].status(rc)
+            launch = Launch(self, self.ctx.seq, x, out, res, started=True)
+            self.ctx.queue.submit(launch, False, timeout)
             return launch.result
         if self.finalizing:  # (a fixed binding needs nothing else after the runner: fixed_binding)
             finalize(res, self.op, self.p)

@@ -27,6 +27,17 @@ SPIN_SECONDS = 0.002  # poll flat out this long after the last progress, then yi
 NAP_AFTER_SECONDS = 0.1  # idle this long (a late peer), then sleep between polls (up to 1 ms)
 
 
+def poll_until(req, deadline: float | None) -> bool:
+    """Poll `req` until it completes (True) or the monotonic `deadline` passes (False)."""
+    nap = 0.0
+    while not req.Test():
+        if deadline is not None and time.monotonic() > deadline:
+            return False
+        nap = min(1e-3, nap * 2 or 1e-5)
+        time.sleep(nap)
+    return True
+
+
 def wait_until(advance: Callable[[], bool], events: Callable[[], int], deadline: float | None,
                describe: Callable[[], BaseException], oversubscribed: bool) -> None:
     """Call `advance()` until it returns True, raising `describe()` once `deadline` (monotonic) passes.

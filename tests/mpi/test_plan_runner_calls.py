@@ -1,5 +1,6 @@
 """Calls on the plan runner that repeat on the same buffers restart the C runner on the pointers it holds
-(plans.Plan._rerun); the input is read where it lies and the output written in place (Plan.io); windows are
+(Plan.run's quick path; the communicator finds the plan of a call repeating its last one on the
+same arrays by identity: Communicator._again_*); the input is read where it lies and the output written in place (Plan.io); windows are
 double-buffered (csrc/plan.h); large messages are read from the sender's memory (single copy). Each must give MPI's results and fall back or raise where the state changed: the
 windows regrown by a larger call (also under an asynchronous call in flight), a read-only buffer, a mismatched
 call, an in-place alltoall."""
@@ -99,6 +100,28 @@ for i in range(3):
     w3[:] = r + 3.0
     comm.allreduce(w3, out=w3, algorithm="ring")
     assert (u == p * total).all() and (v == total + p).all() and (w3 == total + 2 * p).all(), (i, u, v, w3)
+# the same arrays with other arguments, or reinterpreted in place, are other calls (the identity records of the
+# last call per collective must not serve them): op, root, an array's dtype or (with a new output) its shape
+s = np.full(4, r + 1, np.int32)
+o = np.empty_like(s)
+for op, want in (("sum", total), ("sum", total), ("max", p), ("max", p), ("min", 1)):
+    assert np.array_equal(comm.allreduce(s, out=o, op=op), np.full(4, want)), (op, o)
+for root in (0, 0, 2, 2):
+    s[:] = 10 * r
+    comm.broadcast(s, root=root)
+    assert (s == 10 * root).all(), (root, s)
+f = np.full(4, 2.0 + r, np.float32)
+f32 = comm.allreduce(f, out=f)
+f32 = comm.allreduce(f, out=f)
+f.dtype = np.int32  # the same bytes as int32: the sum must be of the integers
+f[:] = (r + 1) << 24  # normal floats as float32 bits: their float sum is not the integers' sum
+assert np.array_equal(comm.allreduce(f, out=f), np.full(4, int(total) << 24)), f
+m = np.full(6, r, np.int64)
+for shape in ((6,), (6,), (2, 3), (2, 3), (3, 2)):
+    m.shape = shape
+    got = comm.allreduce(m)
+    assert got.shape == shape and (got == p * (p - 1) // 2).all(), (shape, got)
+assert comm.allreduce(m, timeout=5.0).shape == (3, 2)
 # a call in flight while a new signature grows the windows: it finishes first (it runs on the windows replaced);
 # the last rank comes late, so the others' asynchronous call is still waiting for it when they build the plan
 import time

@@ -354,7 +354,8 @@ class Plan:
         call.seq = ctx.seq = ctx.seq + 1
         self.calls += 1
         inner.engine = engine  # the call in flight (resume() and a timeout report read it)
-        return self.restarted(quick, _run_plan(call, POLLS, inner.yield_cpu, 1), x, out, timeout)
+        rc = _run_plan(call, POLLS, inner.yield_cpu, 1)
+        return quick[3] if rc == DONE and not self.finalizing else self.restarted(quick, rc, x, out, timeout)
 
     def restarted(self, quick: tuple, rc: int, x: np.ndarray, out, timeout: float | None):
         """The result of a restarted call whose runner returned `rc`."""

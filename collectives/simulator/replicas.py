@@ -122,14 +122,27 @@ def _tables(topo) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     receiver[domain < 0] = -2
     place[:N] = np.arange(N) % G
     place[N:N + D] = G
-    bw, lat, tier = topo.link_attributes(np.arange(2 * N, dtype=np.int64))
-    per_domain = (x.reshape(2, D, G).transpose(1, 0, 2).reshape(D, 2 * G) for x in (bw, lat, tier))
-    alike = all(bool((x[1:] == x[:1]).all()) for x in per_domain)
-    value = (domain, receiver, place, alike)
+    value = (domain, receiver, place, _alike_nvlink(topo, N, D, G))
     if len(_TABLES) >= 4:
         _TABLES.pop(next(iter(_TABLES)))
     _TABLES[id(topo)] = (topo, value)
     return value
+
+
+def _alike_nvlink(topo, N: int, D: int, G: int) -> bool:
+    """Whether every domain's NVLink links (rank r's up link r and down link N + r) have the same bandwidths,
+    latencies and tiers, place by place. Where the topology lists its links as blocks of alike links
+    (link_blocks) and the up links [0, N) and the down links [N, 2N) are one block each, they are alike
+    without reading every link's attributes; otherwise every domain's are compared with the first's."""
+    blocks = getattr(topo, "link_blocks", None)
+    if blocks is not None:
+        starts = blocks()[0]
+        inside = starts[(starts > 0) & (starts < 2 * N)]
+        if inside.size == 1 and int(inside[0]) == N and int(starts[0]) == 0:
+            return True
+    bw, lat, tier = topo.link_attributes(np.arange(2 * N, dtype=np.int64))
+    per_domain = (x.reshape(2, D, G).transpose(1, 0, 2).reshape(D, 2 * G) for x in (bw, lat, tier))
+    return all(bool((x[1:] == x[:1]).all()) for x in per_domain)
 
 
 def _kinds(rows: list[np.ndarray]) -> np.ndarray:

@@ -300,3 +300,37 @@ def test_whole_numbers_block_by_block():
         x = base.copy()
         x[at] = value
         assert replicas.whole_numbers(x) == bool(np.array_equal(x, np.floor(x))), (at, value)
+
+
+class _LinksOnly:
+    """A topology's link attributes without its link blocks: _alike_nvlink then reads every NVLink link."""
+
+    def __init__(self, topology) -> None:
+        self.link_attributes = topology.link_attributes
+
+
+@pytest.mark.parametrize("make", [lambda: preset("gb200-nvl72", racks=4, gpus_per_domain=4),
+                                  lambda: preset("dgx-h100", nodes=2), lambda: preset("gb300-nvl72")])
+def test_nvlink_links_alike_by_blocks_as_link_by_link(make):
+    topo = make()
+    N, D, G = topo.world_size, topo.D, topo.G
+    assert replicas._alike_nvlink(topo, N, D, G) is True
+    assert replicas._alike_nvlink(_LinksOnly(topo), N, D, G) is True
+
+
+def test_nvlink_blocks_that_split_a_domain_are_read_link_by_link():
+    """Blocks that end inside the up or down links leave the answer to the links' attributes."""
+    N, D, G = 8, 2, 4
+
+    class Split:
+        def __init__(self, bw):
+            self.bw = np.asarray(bw, np.float64)
+
+        def link_blocks(self):
+            return np.array([0, 2, N, 2 * N]), None, None, None
+
+        def link_attributes(self, links):
+            return self.bw[links], np.zeros(links.size), np.zeros(links.size, np.int64)
+
+    assert replicas._alike_nvlink(Split([1.0] * 2 + [2.0] * 6 + [1.0] * 8), N, D, G) is False
+    assert replicas._alike_nvlink(Split([1.0] * 16), N, D, G) is True

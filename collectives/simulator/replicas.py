@@ -28,7 +28,7 @@ floats either way (tests/unit/test_replicas.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -53,6 +53,11 @@ class Replicas:
     rep: np.ndarray  # per domain: the first domain of its kind (itself for those costed)
     gpus_per_domain: int  # G: domain d is ranks [d G, (d + 1) G) and switch node N + d, N = nvlink_links / 2
     messages: int  # all of them, kept and dropped
+    # messages between domains on rails 1.. that copy a rail-0 message (`rail_copies`), and their originals;
+    # empty where the rails are not costed once
+    rail_originals: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    rail_dropped: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    rails: int = 1  # R: rank r is on rail r % R
     _full: np.ndarray | None = None
     _balanced: bool | None = None
 
@@ -63,6 +68,7 @@ class Replicas:
             full = np.zeros(self.messages, np.int64)
             full[self.kept] = np.arange(self.kept.size)
             full[self.dropped] = full[self.originals]
+            full[self.rail_dropped] = full[self.rail_originals]
             self._full = full
         return self._full
 
@@ -88,6 +94,12 @@ class Replicas:
                 moved = inside[self.rep[copy]]
                 net[:N].reshape(D, G)[copy] += moved[:, :G]
                 net[N + copy] += moved[:, G]
+            if self.rail_dropped.size:
+                # a copy on rail j sends and receives as its rail-0 original, j ranks on: rail 0's messages
+                # between domains (every one has a copy on each other rail) moved to every other rail
+                between = ~self.local & (src % self.rails == 0)
+                rail0 = np.bincount(src[between], minlength=N)[:N] - np.bincount(dst[between], minlength=N)[:N]
+                net[:N].reshape(-1, self.rails)[:, 1:] += rail0.reshape(-1, self.rails)[:, :1]
             self._balanced = not bool(net.any())
         return self._balanced
 
@@ -228,6 +240,46 @@ def _domain_runs(dom: np.ndarray, D: int) -> list[tuple[int, int]] | None:
     return runs
 
 
+def rail_copies(topo, src: np.ndarray, dst: np.ndarray, fields: tuple, receiver_fields: tuple, between: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(originals, copies, rail 0's): of the messages between domains `between` (indices, increasing), those on
+    rails 1.., the rail-0 message each copies, and those on rail 0, where every message between domains is a
+    copy of one on rail 0 moved by its rail: message f between two ranks on rail j > 0 has message f - j between
+    the rail-0 GPUs of the same domains (ranks src - j, dst - j) with the same `fields` (per message: chunks,
+    stage) and `receiver_fields` (per node, read at the receiver: what it reduces), and each rail has as many
+    as rail 0. On a fabric whose rails are copies of one another for such messages
+    (Cluster.rail_link_steps: paths moved link by link, the rails' links disjoint) rail j's links then carry
+    rail 0's loads, so a copy has its original's path latency and seconds per byte, and its original comes
+    first in the message order and the node order. None where any message between domains is not of this
+    form (one between rails, or to a fabric switch: they would share links), or the rails are not copies."""
+    steps = getattr(topo, "rail_link_steps", None)
+    R = int(getattr(topo, "R", 1))
+    if steps is None or R < 2 or not between.size or between.size % R or steps() is None:
+        return None
+    N = int(topo.world_size)
+    s, d = src[between], dst[between]
+    if int(s.max()) >= N or int(d.max()) >= N:
+        return None
+    rail = s % R
+    if not np.array_equal(rail, d % R) or not np.array_equal(np.bincount(rail, minlength=R),
+                                                             np.full(R, between.size // R)):
+        return None
+    on = rail > 0
+    copies, j = between[on], rail[on]
+    originals = copies - j
+    if int(originals.min()) < 0:
+        return None
+    if not (np.array_equal(src[originals], s[on] - j) and np.array_equal(dst[originals], d[on] - j)):
+        return None
+    if not all(np.array_equal(x[originals], x[copies]) for x in fields):
+        return None
+    if receiver_fields:
+        into, into_original = d[on], d[on] - j
+        if not all(np.array_equal(x[into_original], x[into]) for x in receiver_fields):
+            return None
+    return originals, copies, between[~on]
+
+
 # the least share of a pipeline's messages the copies must be for the shortcut to pay for its checks
 MIN_DROPPED = 0.4
 
@@ -320,13 +372,23 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
     keep = np.ones(src.size, bool)
     keep[dropped.ravel()] = False
     kept = np.flatnonzero(keep)
+    # the messages between domains (all kept): on a fabric whose rails are copies, rail 0's stand for all rails'
+    between = kept[domain[src[kept]] != receiver[dst[kept]]]
+    rails = rail_copies(topo, src, dst, (units, lag), () if reduced is None else (reduced,), between)
+    no_rails = np.zeros(0, np.int64)
+    rail_originals, rail_dropped, rail0 = (no_rails,) * 3 if rails is None else rails
+    if rail_dropped.size:
+        keep[rail_dropped] = False
+        kept = np.flatnonzero(keep)
     copies = np.ones(kept.size)
     kinds = np.flatnonzero(rep == np.arange(D))
     copies[np.searchsorted(kept, P[kinds])] = np.bincount(rep, minlength=D)[kinds][:, None]
+    if rail0.size:
+        copies[np.searchsorted(kept, rail0)] = float(topo.R)  # itself and one copy per other rail
     kept_src, kept_dst = src[kept], dst[kept]
     local = domain[kept_src] == receiver[kept_dst]
     return Replicas(kept, originals, dropped, copies, local, 2 * N, kept_src, kept_dst, kinds.size, rep, G,
-                    src.size)
+                    src.size, rail_originals, rail_dropped, int(topo.R) if rails is not None else 1)
 
 
 WHOLE_BLOCK = 1 << 16  # elements whole_numbers reads at a time

@@ -207,6 +207,45 @@ class ClusterLinks:
                 hl[base[on] + 2 * a[on] - lv] = self._cable_link(lv, td[on], down[on, lv - 1], True)
         return np.repeat(np.arange(F, dtype=np.int64), count), hl
 
+    def rail_link_steps(self) -> tuple[int, ...] | None:
+        """Per fabric level l = 1..L (entry l - 1): how far rail j's copy of a level-l link lies from rail 0's,
+        per rail (the link ids of rail j are rail 0's + j x step), where the rails of the fabric are copies of
+        one another for messages between domains; None where the conditions below fail.
+
+        Holds: a message between ranks in different domains, both on rail j, takes the path of the message
+        between the rail-0 GPUs of the same domains (the ranks minus j) with every fabric link moved by j steps
+        of its level, and the links of different rails are disjoint. So on such messages each rail is a copy of
+        rail 0 (same hops' levels, bandwidths and latencies; loads moved with the links). Conditions, without a
+        placement (rank r is slot r, on rail r % R):
+
+        * per-rail fabrics: rail j is tree j (link = level offset + tree x cables + cable): step = cables;
+        * one single-level tree: a NIC's host slot is rail x E + endpoint: step E at the NIC;
+        * one tree of 2 or 3 levels with rail-aligned leaves (host slot = (block x R + rail) x H + slot, leaf =
+          block x R + rail): the rail moves the host by H and the leaf by 1. The nearest common ancestor stays
+          where it is when every subtree above the leaves holds whole blocks (R divides M[l] / H, l >= 2); the
+          leaf's up port (dst % up[1]) stays when up[1] divides H; the spine's up port (dst // up[1] % up[2] =
+          leaf % up[2] when up[1] = H) moves by j without wrapping when R divides up[2], and then names the rail
+          (port % R = j), so spine-core cables of different rails differ. Steps: H at the NIC, up[1] at
+          leaf-spine, 1 at spine-core. Deeper trees (a port choice that stays put above the spine would put
+          every rail on the same cables) are not covered."""
+        if self.tree is None or self._slot is not None or self.G % self.R:
+            return None
+        ft, R, L = self.tree, self.R, self.tree.levels
+        if self.per_rail:
+            steps = [0] + [ft.cables[lv] for lv in range(1, L + 1)]
+        elif L == 1:
+            steps = [0, self.E]
+        elif L <= 3:
+            H = self.H
+            if ft.M[1] != H or any((ft.M[lv] // H) % R for lv in range(2, L + 1)) or H % ft.up[1]:
+                return None
+            if L == 3 and (ft.up[1] != H or ft.up[2] % R):
+                return None
+            steps = [0, H, ft.up[1], 1][:L + 1]
+        else:
+            return None
+        return tuple(int(x) for x in steps[1:])
+
     def _adjacent_links(self, s: np.ndarray, d: np.ndarray, sd: np.ndarray | None = None,
                         dd: np.ndarray | None = None) -> np.ndarray:
         """link_between(s, d), the pairs of a rank and its own domain switch (NVLS's messages: most of the

@@ -1,0 +1,165 @@
+"""Rails as copies of rail 0 (Cluster.rail_link_steps, replicas.rail_copies): on the fabrics where the topology
+says so, a message between domains on rail j takes rail 0's path moved by j steps per level, over links no other
+rail uses; the analytic model then costs rail 0's messages between domains for every rail, with the same figures
+as costing every message. Where the conditions fail the topology says None and every message is costed."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from collectives import topology as T
+from collectives.simulate import simulate
+from collectives.simulator import analytic, replicas
+from collectives.topology import preset
+
+# tests/unit/test_topology.py's small clusters: one leaf; 3 levels; partial pods; per-rail trees (PXN);
+# oversubscribed leaves; 2 rails of 4 GPUs over 4 levels; 4 levels
+SMALL = [dict(domains=3, gpus_per_domain=4), dict(domains=8, gpus_per_domain=2, radix=4),
+         dict(domains=20, gpus_per_domain=4, radix=8), dict(domains=9, gpus_per_domain=4, radix=8, rail_fabric="per-rail"),
+         dict(domains=12, gpus_per_domain=4, radix=8, oversubscription=3.0),
+         dict(domains=6, gpus_per_domain=4, rails=2, radix=4), dict(domains=5, gpus_per_domain=3, radix=4, levels=4)]
+
+
+def _rail0_pairs(c) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair of rail-0 GPUs in different domains (rank r is on rail r % R)."""
+    ranks = np.arange(0, c.world_size, c.R)
+    s, d = (x.ravel() for x in np.meshgrid(ranks, ranks, indexing="ij"))
+    apart = s // c.G != d // c.G
+    return s[apart], d[apart]
+
+
+def _level(c, links: np.ndarray) -> np.ndarray:
+    """Fabric level of each link (0: NVLink)."""
+    return np.searchsorted(np.asarray(c.link_offset[1:]), links, side="right")
+
+
+CASES = [T.cluster(**p) for p in SMALL] + [preset("gb300-nvl72", racks=80, gpus_per_domain=8),
+                                           preset("dgx-h100", nodes=300), preset("dgx-h100", nodes=40)]
+
+
+@pytest.mark.parametrize("c", CASES, ids=lambda c: f"{c.name}-{c.world_size}-{c.levels}")
+def test_rails_take_rail_zeros_paths_moved_over_their_own_links(c):
+    steps = c.rail_link_steps()
+    if steps is None:
+        pytest.skip("conditions not met (covered below)")
+    s, d = _rail0_pairs(c)
+    f0, h0 = c.hop_list(s, d)
+    step = np.asarray((0,) + steps)[_level(c, h0)]
+    assert (step[h0 >= 2 * c.world_size] > 0).all()
+    used = []
+    for j in range(c.R):
+        fj, hj = c.hop_list(s + j, d + j)
+        assert np.array_equal(fj, f0)
+        assert np.array_equal(hj, h0 + j * step)
+        assert np.array_equal(np.asarray(c.link_attributes(hj)), np.asarray(c.link_attributes(h0)))
+        used.append(set(hj[hj >= 2 * c.world_size].tolist()))
+    for a, b in itertools.combinations(range(c.R), 2):
+        assert not used[a] & used[b], f"rails {a} and {b} share fabric links"
+
+
+def test_the_conditions_cover_the_full_scale_preset():
+    assert preset("gb300-nvl72").rail_link_steps() == (72, 72, 1)
+    assert preset("dgx-h100", nodes=8, rail_fabric="per-rail").rail_link_steps() is not None
+
+
+@pytest.mark.parametrize("make", [
+    lambda: preset("gb200-nvl72", racks=20),  # 32-leaf pods split a block's 72 rails
+    lambda: T.cluster(domains=6, gpus_per_domain=4, rails=2, radix=4),  # 4 levels
+    lambda: preset("dgx-h100", nodes=4, placement=[[8 * d + (g + d) % 8 for g in range(8)] for d in range(4)]),
+])
+def test_rails_that_are_not_copies_say_none(make):
+    assert make().rail_link_steps() is None
+
+
+def test_a_split_pod_really_moves_rails_apart():
+    """Where R does not divide a pod's leaves (72 rails, 32 leaves a pod), some rail's paths are not rail 0's
+    moved by one step per level: the shift would be wrong, which is why rail_link_steps says None."""
+    c = preset("gb200-nvl72", racks=40)
+    assert c.levels == 3 and c.rail_link_steps() is None
+    s, d = _rail0_pairs(c)
+    f0, h0 = c.hop_list(s, d)
+    level = _level(c, h0)
+
+    def moved_by_one_step_per_level(j):
+        fj, hj = c.hop_list(s + j, d + j)
+        if not np.array_equal(fj, f0):
+            return False
+        return all(np.unique((hj - h0)[level == lv]).size <= 1 for lv in range(1, c.levels + 1))
+
+    assert not all(moved_by_one_step_per_level(j) for j in range(c.R))
+
+
+def _figures(r) -> tuple:
+    return (r.time, [p.time for p in r.phases], r.tier_bytes, r.max_link_utilization, r.bottleneck, r.protocol)
+
+
+@pytest.fixture
+def bulk(monkeypatch):
+    monkeypatch.setattr(analytic, "DATAFLOW_MAX_NODES", 0)
+    monkeypatch.setattr(replicas, "MIN_DROPPED", 0.0)
+
+
+def _with_and_without_rails(monkeypatch, make, name: str, nbytes: int) -> tuple[tuple, tuple, int]:
+    """simulate() with rail copies and with rail_copies switched off (alike domains kept either way), each on a
+    fresh topology, and how many messages the rail copies dropped."""
+    dropped = []
+    real = replicas.rail_copies
+
+    def spy(*args):
+        out = real(*args)
+        dropped.append(0 if out is None else out[1].size)
+        return out
+
+    monkeypatch.setattr(replicas, "rail_copies", spy)
+    fast = simulate(name, make(), nbytes, mode="analytic")
+    monkeypatch.setattr(replicas, "rail_copies", lambda *a: None)
+    general = simulate(name, make(), nbytes, mode="analytic")
+    return _figures(fast), _figures(general), sum(dropped)
+
+
+@pytest.mark.parametrize("make", [lambda: preset("gb200-nvl72", racks=4, gpus_per_domain=4),  # one leaf
+                                  lambda: preset("dgx-h100", nodes=40),  # leaves and spines
+                                  lambda: preset("gb300-nvl72", racks=80, gpus_per_domain=8),
+                                  lambda: preset("dgx-h100", nodes=8, rail_fabric="per-rail")])
+@pytest.mark.parametrize("nbytes", [4096, 64 << 20])
+def test_rail_copies_cost_as_every_rail(bulk, monkeypatch, make, nbytes):
+    fast, general, dropped = _with_and_without_rails(monkeypatch, make, "nvls_tree", nbytes)
+    assert dropped > 0
+    assert fast == general
+    monkeypatch.setattr(replicas, "domain_replicas", lambda *a: None)  # every message, no copies at all
+    assert fast == _figures(simulate("nvls_tree", make(), nbytes, mode="analytic"))
+
+
+@pytest.mark.parametrize("name", ["ring", "hierarchical", "double_binary_tree"])
+def test_messages_between_rails_keep_every_message(bulk, monkeypatch, name):
+    """A ring crosses from one rail to another between domains, SHARP sends to fabric switches: no rail copies."""
+    fast, general, dropped = _with_and_without_rails(monkeypatch, lambda: preset("dgx-h100", nodes=8), name,
+                                                     64 << 20)
+    assert dropped == 0
+    assert fast == general
+
+
+def test_a_rail_that_differs_keeps_every_message():
+    c = preset("dgx-h100", nodes=8)
+    s0, d0 = _rail0_pairs(c)
+    R = c.R
+    src = (s0[:, None] + np.arange(R)).ravel()  # rows of R messages, rail 0 to rail R - 1
+    dst = (d0[:, None] + np.arange(R)).ravel()
+    units, lag = np.ones(src.size), np.zeros(src.size, np.int64)
+    between = np.arange(src.size)
+    originals, copies, rail0 = replicas.rail_copies(c, src, dst, (units, lag), (), between)
+    assert np.array_equal(copies, between[src % R > 0]) and np.array_equal(rail0, between[src % R == 0])
+    assert np.array_equal(src[originals], src[copies] - copies % R)
+    more = units.copy()
+    more[R + 3] = 2.0  # one copy carries more chunks than its original
+    assert replicas.rail_copies(c, src, dst, (more, lag), (), between) is None
+    reduced = np.zeros(c.num_nodes)
+    reduced[dst[5]] = 1.0  # one copy's receiver reduces what its original's does not
+    assert replicas.rail_copies(c, src, dst, (units, lag), (reduced,), between) is None
+    assert replicas.rail_copies(c, src[:-1], dst[:-1], (units[:-1], lag[:-1]), (), between[:-1]) is None
+    cross = dst.copy()
+    cross[R + 1] += 1  # a message between rails
+    assert replicas.rail_copies(c, src, cross, (units, lag), (), between) is None

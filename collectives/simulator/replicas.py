@@ -372,21 +372,21 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
     keep = np.ones(src.size, bool)
     keep[dropped.ravel()] = False
     kept = np.flatnonzero(keep)
+    kept_src, kept_dst = src[kept], dst[kept]
+    local = domain[kept_src] == receiver[kept_dst]
     # the messages between domains (all kept): on a fabric whose rails are copies, rail 0's stand for all rails'
-    between = kept[domain[src[kept]] != receiver[dst[kept]]]
-    rails = rail_copies(topo, src, dst, (units, lag), () if reduced is None else (reduced,), between)
+    rails = rail_copies(topo, src, dst, (units, lag), () if reduced is None else (reduced,), kept[~local])
     no_rails = np.zeros(0, np.int64)
     rail_originals, rail_dropped, rail0 = (no_rails,) * 3 if rails is None else rails
     if rail_dropped.size:
-        keep[rail_dropped] = False
-        kept = np.flatnonzero(keep)
+        still = local.copy()
+        still[np.searchsorted(kept, rail0)] = True
+        kept, kept_src, kept_dst, local = kept[still], kept_src[still], kept_dst[still], local[still]
     copies = np.ones(kept.size)
     kinds = np.flatnonzero(rep == np.arange(D))
     copies[np.searchsorted(kept, P[kinds])] = np.bincount(rep, minlength=D)[kinds][:, None]
     if rail0.size:
         copies[np.searchsorted(kept, rail0)] = float(topo.R)  # itself and one copy per other rail
-    kept_src, kept_dst = src[kept], dst[kept]
-    local = domain[kept_src] == receiver[kept_dst]
     return Replicas(kept, originals, dropped, copies, local, 2 * N, kept_src, kept_dst, kinds.size, rep, G,
                     src.size, rail_originals, rail_dropped, int(topo.R) if rails is not None else 1)
 

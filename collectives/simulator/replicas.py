@@ -257,6 +257,11 @@ def rail_copies(topo, src: np.ndarray, dst: np.ndarray, fields: tuple, receiver_
     if steps is None or R < 2 or not between.size or between.size % R or steps() is None:
         return None
     N = int(topo.world_size)
+    lo, hi = int(between[0]), int(between[-1]) + 1
+    if hi - lo == between.size:
+        rows = _rail_rows(src, dst, fields, receiver_fields, lo, hi, R, N)
+        if rows is not None:
+            return rows
     s, d = src[between], dst[between]
     if int(s.max()) >= N or int(d.max()) >= N:
         return None
@@ -278,6 +283,31 @@ def rail_copies(topo, src: np.ndarray, dst: np.ndarray, fields: tuple, receiver_
         if not all(np.array_equal(x[into_original], x[into]) for x in receiver_fields):
             return None
     return originals, copies, between[~on]
+
+
+def _rail_rows(src: np.ndarray, dst: np.ndarray, fields: tuple, receiver_fields: tuple, lo: int, hi: int, R: int,
+               N: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """rail_copies of the messages [lo, hi) when they are rows of R consecutive messages, rail 0 to rail R - 1
+    (as the trees across domains of NCCL's NVLS tree list them, one per GPU of a domain), read where they lie as
+    (rows, R) views instead of gathered; None where they are not (rail_copies then reads them one by one)."""
+    S, D = src[lo:hi].reshape(-1, R), dst[lo:hi].reshape(-1, R)
+    step = np.arange(R)
+    # row i: ranks S[i, 0] + j -> D[i, 0] + j on rail j, the first on rail 0, all of them ranks
+    if int(S[:, -1].max()) >= N or int(D[:, -1].max()) >= N or (S[:, 0] % R).any() or (D[:, 0] % R).any():
+        return None
+    if not (np.array_equal(S - S[:, :1], np.broadcast_to(step, S.shape))
+            and np.array_equal(D - D[:, :1], np.broadcast_to(step, D.shape))):
+        return None
+    for x in fields:
+        X = x[lo:hi].reshape(-1, R)
+        if not (X == X[:, :1]).all():
+            return None
+    for x in receiver_fields:
+        X = x[D]
+        if not (X == X[:, :1]).all():
+            return None
+    index = np.arange(lo, hi).reshape(-1, R)
+    return np.repeat(index[:, 0], R - 1), index[:, 1:].ravel(), index[:, 0].copy()
 
 
 # the least share of a pipeline's messages the copies must be for the shortcut to pay for its checks

@@ -153,6 +153,14 @@ def test_a_rail_that_differs_keeps_every_message():
     originals, copies, rail0 = replicas.rail_copies(c, src, dst, (units, lag), (), between)
     assert np.array_equal(copies, between[src % R > 0]) and np.array_equal(rail0, between[src % R == 0])
     assert np.array_equal(src[originals], src[copies] - copies % R)
+    # the same messages with one inside a domain among them (the messages between domains no longer one range):
+    # read one by one instead of as rows, the same answer
+    inside = s0.size // 2 * R
+    src2, dst2 = np.insert(src, inside, 1), np.insert(dst, inside, 2)
+    between2 = np.r_[between[:inside], between[inside:] + 1]
+    general = replicas.rail_copies(c, src2, dst2, (np.ones(src2.size), np.zeros(src2.size, np.int64)), (), between2)
+    moved = [np.where(x >= inside, x - 1, x) for x in general]
+    assert all(np.array_equal(a, b) for a, b in zip(moved, (originals, copies, rail0), strict=True))
     more = units.copy()
     more[R + 3] = 2.0  # one copy carries more chunks than its original
     assert replicas.rail_copies(c, src, dst, (more, lag), (), between) is None

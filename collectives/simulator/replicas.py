@@ -244,74 +244,98 @@ def rail_copies(topo, src: np.ndarray, dst: np.ndarray, fields: tuple, receiver_
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(originals, copies, rail 0's): of the messages between domains `between` (indices, increasing), those on
     rails 1.., the rail-0 message each copies, and those on rail 0, where every message between domains is a
-    copy of one on rail 0 moved by its rail: message f between two ranks on rail j > 0 has message f - j between
-    the rail-0 GPUs of the same domains (ranks src - j, dst - j) with the same `fields` (per message: chunks,
-    stage) and `receiver_fields` (per node, read at the receiver: what it reduces), and each rail has as many
-    as rail 0. On a fabric whose rails are copies of one another for such messages
-    (Cluster.rail_link_steps: paths moved link by link, the rails' links disjoint) rail j's links then carry
-    rail 0's loads, so a copy has its original's path latency and seconds per byte, and its original comes
-    first in the message order and the node order. None where any message between domains is not of this
-    form (one between rails, or to a fabric switch: they would share links), or the rails are not copies."""
+    copy of one on rail 0 moved by its rail: the message between two ranks on rail j > 0 has one between the
+    rail-0 GPUs of the same domains (ranks src - j, dst - j), with the same `fields` (per message: chunks,
+    stage) and `receiver_fields` (per node, read at the receiver: what it reduces), j places before it in the
+    list of messages between domains (rows of R messages, rail 0 to R - 1: NCCL's NVLS trees) or j blocks of
+    n / R before it (rail after rail: a ring over the domains per rail). On a fabric whose rails are copies of
+    one another for such messages (Cluster.rail_link_steps: paths moved link by link, the rails' links
+    disjoint) rail j's links then carry rail 0's loads, so a copy has its original's path latency and seconds
+    per byte, and its original comes first in the message order and the node order. None where any message
+    between domains is not of this form (one between rails, or to a fabric switch: they would share links), or
+    the rails are not copies."""
     steps = getattr(topo, "rail_link_steps", None)
     R = int(getattr(topo, "R", 1))
     if steps is None or R < 2 or not between.size or between.size % R or steps() is None:
         return None
-    N = int(topo.world_size)
+    N, n = int(topo.world_size), between.size
     lo, hi = int(between[0]), int(between[-1]) + 1
-    if hi - lo == between.size:
-        rows = _rail_rows(src, dst, fields, receiver_fields, lo, hi, R, N)
-        if rows is not None:
-            return rows
+    if hi - lo == n:  # one range: read where the messages lie, as (n / R, R) views (column j: rail j)
+        for rails_last in (True, False):
+            index = np.arange(lo, hi).reshape(-1, R) if rails_last else np.arange(lo, hi).reshape(R, -1).T
+            if _rails_alike(index, src, dst, fields, receiver_fields, R, N, lo):
+                return np.repeat(index[:, 0], R - 1), index[:, 1:].ravel(), index[:, 0].copy()
+        return None
     s, d = src[between], dst[between]
     if int(s.max()) >= N or int(d.max()) >= N:
         return None
     rail = s % R
-    if not np.array_equal(rail, d % R) or not np.array_equal(np.bincount(rail, minlength=R),
-                                                             np.full(R, between.size // R)):
+    if not np.array_equal(rail, d % R):
         return None
-    on = rail > 0
-    copies, j = between[on], rail[on]
-    originals = copies - j
-    if int(originals.min()) < 0:
-        return None
-    if not (np.array_equal(src[originals], s[on] - j) and np.array_equal(dst[originals], d[on] - j)):
-        return None
-    if not all(np.array_equal(x[originals], x[copies]) for x in fields):
-        return None
-    if receiver_fields:
-        into, into_original = d[on], d[on] - j
-        if not all(np.array_equal(x[into_original], x[into]) for x in receiver_fields):
-            return None
-    return originals, copies, between[~on]
+    for index in (np.arange(n).reshape(-1, R), np.arange(n).reshape(R, -1).T):
+        if np.array_equal(rail[index], np.broadcast_to(np.arange(R), index.shape)):
+            at = between[index]
+            if _rails_alike(at, src, dst, fields, receiver_fields, R, N, None):
+                return np.repeat(at[:, 0], R - 1), at[:, 1:].ravel(), at[:, 0].copy()
+    return None
 
 
-def _rail_rows(src: np.ndarray, dst: np.ndarray, fields: tuple, receiver_fields: tuple, lo: int, hi: int, R: int,
-               N: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """rail_copies of the messages [lo, hi) when they are rows of R consecutive messages, rail 0 to rail R - 1
-    (as the trees across domains of NCCL's NVLS tree list them, one per GPU of a domain), read where they lie as
-    (rows, R) views instead of gathered; None where they are not (rail_copies then reads them one by one)."""
-    S, D = src[lo:hi].reshape(-1, R), dst[lo:hi].reshape(-1, R)
-    step = np.arange(R)
-    # row i: ranks S[i, 0] + j -> D[i, 0] + j on rail j, the first on rail 0, all of them ranks
-    if int(S[:, -1].max()) >= N or int(D[:, -1].max()) >= N or (S[:, 0] % R).any() or (D[:, 0] % R).any():
-        return None
-    if not (np.array_equal(S - S[:, :1], np.broadcast_to(step, S.shape))
-            and np.array_equal(D - D[:, :1], np.broadcast_to(step, D.shape))):
-        return None
-    for x in fields:
-        X = x[lo:hi].reshape(-1, R)
-        if not (X == X[:, :1]).all():
-            return None
-    for x in receiver_fields:
-        X = x[D]
-        if not (X == X[:, :1]).all():
-            return None
-    index = np.arange(lo, hi).reshape(-1, R)
-    return np.repeat(index[:, 0], R - 1), index[:, 1:].ravel(), index[:, 0].copy()
+def _rails_alike(index: np.ndarray, src: np.ndarray, dst: np.ndarray, fields: tuple, receiver_fields: tuple,
+                 R: int, N: int, lo: int | None) -> bool:
+    """Whether the messages `index` ((copies, R): column j on rail j) are rail-0 messages between ranks (column
+    0) and their copies moved by j ranks with the same fields. `lo`: `index` lays out the range of messages
+    from lo, read as views of the arrays (None: gathered)."""
+    def laid(x):
+        if lo is None:
+            return x[index]
+        y = x[lo:lo + index.size]
+        return y.reshape(index.shape) if index[0, -1] == lo + R - 1 else y.reshape(R, -1).T
+
+    S, D = laid(src), laid(dst)
+    step = np.broadcast_to(np.arange(R), S.shape)
+    if int(S.max()) >= N or int(D.max()) >= N or (S[:, 0] % R).any() or (D[:, 0] % R).any():
+        return False
+    if not (np.array_equal(S - S[:, :1], step) and np.array_equal(D - D[:, :1], step)):
+        return False
+    return all(bool((X == X[:, :1]).all()) for X in [laid(x) for x in fields] + [x[D] for x in receiver_fields])
 
 
 # the least share of a pipeline's messages the copies must be for the shortcut to pay for its checks
 MIN_DROPPED = 0.4
+
+
+def _reduced(rn: np.ndarray, ru: np.ndarray, nodes: int) -> np.ndarray | None:
+    """Per node: what it reduces in the round (its reduction time's share), -1 for nothing; None when no node
+    reduces."""
+    if not rn.size:
+        return None
+    size = max(int(rn.max()) + 1, nodes)
+    return np.where(np.bincount(rn, minlength=size) > 0, np.bincount(rn, weights=ru, minlength=size), -1.0)
+
+
+def _rails_alone(topo, flows: tuple, lag: np.ndarray, inside: np.ndarray, reduced: np.ndarray | None
+                 ) -> Replicas | None:
+    """The Replicas of messages with too few inside domains for domains to be costed once (`inside`: their
+    indices) where rail 0's messages between domains stand for every rail's (rail_copies): every message inside
+    a domain kept, or None where the rails are not copies or the copies are too few (MIN_DROPPED)."""
+    src, dst, units = flows[:3]
+    N, G, D = int(topo.world_size), int(topo.G), int(topo.D)
+    keep = np.ones(src.size, bool)
+    keep[inside] = False
+    rails = rail_copies(topo, src, dst, (units, lag), () if reduced is None else (reduced,), np.flatnonzero(keep))
+    if rails is None or rails[1].size < MIN_DROPPED * src.size:
+        return None
+    originals, dropped, rail0 = rails
+    keep[:] = True
+    keep[dropped] = False
+    kept = np.flatnonzero(keep)
+    copies = np.ones(kept.size)
+    copies[np.searchsorted(kept, rail0)] = float(topo.R)  # itself and one copy per other rail
+    local = np.zeros(kept.size, bool)
+    local[np.searchsorted(kept, inside)] = True
+    none = np.zeros((0, 0), np.int64)  # no domain copies another: each its own kind
+    return Replicas(kept, none, none, copies, local, 2 * N, src[kept], dst[kept], D, np.arange(D), G, src.size,
+                    originals, dropped, int(topo.R))
 
 
 def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: bool) -> Replicas | None:
@@ -330,17 +354,16 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
         return None
     ds = domain[src]
     pos = np.flatnonzero(ds == receiver[dst])
-    if pos.size < MIN_DROPPED * src.size or pos.size % D:
+    if not pos.size or pos.size < MIN_DROPPED * src.size:  # mostly between domains: only the rails may repeat
+        return _rails_alone(topo, flows, lag, pos, _reduced(rn, ru, N + D))
+    if pos.size % D:
         return None
     dom = ds[pos]
     del ds
     top = int(lag.max()) + 1 if lag.size else 1
     if (G + 1) ** 2 * top >= 2 ** 62 or (lag.size and int(lag.min()) < 0):
         return None
-    reduced = None
-    if rn.size:  # what each in-domain receiver reduces in the round (its reduction time's share); -1: nothing
-        size = max(int(rn.max()) + 1, N + D)
-        reduced = np.where(np.bincount(rn, minlength=size) > 0, np.bincount(rn, weights=ru, minlength=size), -1.0)
+    reduced = _reduced(rn, ru, N + D)
     # per in-domain message, read in message order: its ends within the domain and its stage in one integer (as
     # 64-bit words), its chunks and its receiver's reduction; a field with one value for all of them tells no
     # domain from another, and is left out

@@ -102,7 +102,7 @@ def bulk(monkeypatch):
     monkeypatch.setattr(replicas, "MIN_DROPPED", 0.0)
 
 
-def _with_and_without_rails(monkeypatch, make, name: str, nbytes: int) -> tuple[tuple, tuple, int]:
+def _with_and_without_rails(monkeypatch, make, name: str, nbytes: int, **params) -> tuple[tuple, tuple, int]:
     """simulate() with rail copies and with rail_copies switched off (alike domains kept either way), each on a
     fresh topology, and how many messages the rail copies dropped."""
     dropped = []
@@ -114,9 +114,9 @@ def _with_and_without_rails(monkeypatch, make, name: str, nbytes: int) -> tuple[
         return out
 
     monkeypatch.setattr(replicas, "rail_copies", spy)
-    fast = simulate(name, make(), nbytes, mode="analytic")
+    fast = simulate(name, make(), nbytes, mode="analytic", **params)
     monkeypatch.setattr(replicas, "rail_copies", lambda *a: None)
-    general = simulate(name, make(), nbytes, mode="analytic")
+    general = simulate(name, make(), nbytes, mode="analytic", **params)
     return _figures(fast), _figures(general), sum(dropped)
 
 
@@ -125,21 +125,33 @@ def _with_and_without_rails(monkeypatch, make, name: str, nbytes: int) -> tuple[
                                   lambda: preset("gb300-nvl72", racks=80, gpus_per_domain=8),
                                   lambda: preset("dgx-h100", nodes=8, rail_fabric="per-rail")])
 @pytest.mark.parametrize("nbytes", [4096, 64 << 20])
-def test_rail_copies_cost_as_every_rail(bulk, monkeypatch, make, nbytes):
-    fast, general, dropped = _with_and_without_rails(monkeypatch, make, "nvls_tree", nbytes)
+@pytest.mark.parametrize("name,params", [("nvls_tree", {}),  # rows of R messages, rail 0 to R - 1
+                                         ("hierarchical", {"intra": "nvls", "inter": "ring"})])  # rail by rail
+def test_rail_copies_cost_as_every_rail(bulk, monkeypatch, make, nbytes, name, params):
+    fast, general, dropped = _with_and_without_rails(monkeypatch, make, name, nbytes, **params)
     assert dropped > 0
     assert fast == general
     monkeypatch.setattr(replicas, "domain_replicas", lambda *a: None)  # every message, no copies at all
-    assert fast == _figures(simulate("nvls_tree", make(), nbytes, mode="analytic"))
+    assert fast == _figures(simulate(name, make(), nbytes, mode="analytic", **params))
 
 
-@pytest.mark.parametrize("name", ["ring", "hierarchical", "double_binary_tree"])
+@pytest.mark.parametrize("name", ["ring", "hierarchical"])
 def test_messages_between_rails_keep_every_message(bulk, monkeypatch, name):
     """A ring crosses from one rail to another between domains, SHARP sends to fabric switches: no rail copies."""
     fast, general, dropped = _with_and_without_rails(monkeypatch, lambda: preset("dgx-h100", nodes=8), name,
                                                      64 << 20)
     assert dropped == 0
     assert fast == general
+
+
+@pytest.mark.parametrize("nbytes", [4096, 64 << 20])
+def test_a_double_binary_tree_costs_as_every_rail(bulk, monkeypatch, nbytes):
+    """Rounds of NCCL's double binary tree whose messages mostly cross domains, rail by rail."""
+    fast, general, _ = _with_and_without_rails(monkeypatch, lambda: preset("dgx-h100", nodes=8),
+                                               "double_binary_tree", nbytes)
+    assert fast == general
+    monkeypatch.setattr(replicas, "domain_replicas", lambda *a: None)
+    assert fast == _figures(simulate("double_binary_tree", preset("dgx-h100", nodes=8), nbytes, mode="analytic"))
 
 
 def test_a_rail_that_differs_keeps_every_message():

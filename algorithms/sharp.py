@@ -38,7 +38,7 @@ from collectives.schedule import ChunkTable, Schedule, recv, recv_reduce, send
 from collectives.topology.capabilities import dtype_name
 
 from ._innetwork import check_topology, default_fallback, fallback_schedule, finish, itemsize, sharp_plan
-from ._pipeline import Lane, lane, memo, pipelined_phase
+from ._pipeline import Lane, _member_order, _stable_order, lane, memo, pipelined_phase
 
 RESULTS = ("multicast", "unicast")
 
@@ -119,13 +119,24 @@ def build_forest(trees: list, nodes=None) -> Forest:
         parent_node.append(np.where(found, owner[np.maximum(at, 0)] if child.size else -1, -1).astype(np.int64))
     node, tree, level, parent_node = (np.concatenate(x) for x in (node, tree, level, parent_node))
     member = _index_of(members, node)
-    # a vertex's parent: the vertex of the parent node in the same tree
+    # a vertex's parent: the vertex of the parent node in the same tree. The vertices by (member, tree) are the
+    # vertices by member (stable): they are listed tree by tree, so a member's come in increasing tree order
     key = member * len(trees) + tree
-    order = np.argsort(key, kind="stable")
+    order = _member_order(member)
     has = parent_node >= 0
     parent = np.full(node.size, -1, np.int64)
-    want = _index_of(members, parent_node[has]) * len(trees) + tree[has]
-    parent[has] = order[np.searchsorted(key[order], want)]
+    parent_member, parent_tree = _index_of(members, parent_node[has]), tree[has]
+    # each member's first vertex (in (member, tree) order) is the parent where it is in the parent's tree (every
+    # parent of a one-tree switch): the first key >= want, np.searchsorted's answer; the others are searched
+    sorted_member = member[order]
+    runs = np.flatnonzero(np.r_[sorted_member.size > 0, sorted_member[1:] != sorted_member[:-1]])
+    first_of = np.zeros(members.size, np.int64)
+    first_of[sorted_member[runs]] = runs
+    at = first_of[parent_member]
+    other = np.flatnonzero((sorted_member[at] != parent_member) | (tree[order[at]] != parent_tree))
+    if other.size:
+        at[other] = np.searchsorted(key[order], parent_member[other] * len(trees) + parent_tree[other])
+    parent[has] = order[at]
     assert np.all(level[parent[has]] == level[has] + 1), "SHARP trees are balanced"
     # position among the parent's children (children in vertex order), slot among the member's vertices
     position = np.zeros(node.size, np.int64)
@@ -134,9 +145,7 @@ def build_forest(trees: list, nodes=None) -> Forest:
         by_parent = kids[np.argsort(parent[kids], kind="stable")]
         starts = np.r_[0, np.flatnonzero(np.diff(parent[by_parent])) + 1]
         position[by_parent] = np.arange(by_parent.size) - np.repeat(starts, np.diff(np.r_[starts, by_parent.size]))
-    by_member = order  # the vertices by (member, tree): the parents' order above
-    sorted_member = member[by_member]  # each member's run: its first position (np.searchsorted's answer)
-    runs = np.flatnonzero(np.r_[True, sorted_member[1:] != sorted_member[:-1]])
+    by_member = order  # the vertices by (member, tree): the parents' order above, each member's run from `runs`
     first = np.repeat(runs, np.diff(np.r_[runs, sorted_member.size]))
     slot = np.empty(node.size, np.int64)
     slot[by_member] = np.arange(node.size) - first
@@ -148,12 +157,20 @@ def _lanes_by(forest: Forest, vertices: np.ndarray, key: np.ndarray, make) -> li
     # vertices[key == k] for each k in one stable sort: each key's vertices, in their order, are one run
     if not key.size:
         return []
-    order = np.argsort(key, kind="stable")
+    order = _stable_order(key)
     ordered, keys = vertices[order], key[order]
     starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
     ends = np.r_[starts[1:], keys.size]
     return [make(ordered[a:b], k) for a, b, k in zip(starts.tolist(), ends.tolist(), keys[starts].tolist(),
                                                           strict=True)]
+
+
+def _slots_in_use(parent_slot: np.ndarray, own_slot: np.ndarray) -> list[int]:
+    """np.union1d(parent_slot, own_slot) as a list: slots are small non-negative indices, counted, not sorted."""
+    if not parent_slot.size:
+        return []
+    n = int(max(parent_slot.max(), own_slot.max())) + 1
+    return np.flatnonzero(np.bincount(parent_slot, minlength=n) + np.bincount(own_slot, minlength=n)).tolist()
 
 
 def climb_lanes(forest: Forest, data, lag: int = 0, reduce: bool = True, path=None) -> list[Lane]:
@@ -164,7 +181,7 @@ def climb_lanes(forest: Forest, data, lag: int = 0, reduce: bool = True, path=No
     up = np.flatnonzero((f.parent >= 0) & (np.ones(f.member.size, bool) if path is None else path))
     lanes = []
     parent_slot, own_slot = f.slot[f.parent[up]], f.slot[up]
-    for k in np.union1d(parent_slot, own_slot).tolist():
+    for k in _slots_in_use(parent_slot, own_slot):
         # parent side: one lane per (parent slot, child position)
         mine = up[parent_slot == k]
         lanes += _lanes_by(f, mine, f.position[mine], lambda v, i: lane(
@@ -192,7 +209,7 @@ def descent_lanes(forest: Forest, data, lag: int = 0, multicast: bool = True, sk
         lags, period = lag + L + (L - f.level - 1) * U + f.position, U
     lanes = []
     parent_slot, own_slot = f.slot[f.parent[down]], f.slot[down]
-    for k in np.union1d(parent_slot, own_slot).tolist():
+    for k in _slots_in_use(parent_slot, own_slot):
         mine = down[parent_slot == k]
         lanes += _lanes_by(f, mine, f.position[mine], lambda v, i: lane(
             send, f.member[f.parent[v]], f.member[v], lags[v], lambda k_, at, v=v: data(k_, v[at]), period))

@@ -1,8 +1,9 @@
 """The builders' shortcuts for huge clusters give what their general forms give, on small inputs.
 
 A tree's depths and heights come level by level from the root (double_binary_tree.Tree.from_parents), a SHARP
-forest's parents by a sorted lookup (sharp.build_forest), a lane's members are put in order by scattering them
-to their slots (_pipeline._member_order), and NCCL's tree of a channel and its lanes are built once per cluster
+forest's parents by each member's first vertex or a sorted lookup (sharp.build_forest) and its slots in use by
+counting them, a lane's members are put in order by scattering them to their slots (_pipeline._member_order),
+and NCCL's tree of a channel and its lanes are built once per cluster
 and shared by the builds of several channel counts (double_binary_tree.nccl_trees, build_double_binary_tree), the
 channel tree written down from its shape (double_binary_tree.chain_tree). Each test compares the shortcut with its
 general form element by element.
@@ -111,8 +112,10 @@ def test_chain_tree_is_the_tree_of_its_parents(D, G):
                 assert got.dtype == want.dtype and np.array_equal(got, want), (D, G, h, field)
 
 
-def test_forest_parents_are_each_trees_parent_map():
-    topo = preset("gb200-nvl72", racks=16, gpus_per_domain=4)
+@pytest.mark.parametrize("name,size", [("gb200-nvl72", {"racks": 16, "gpus_per_domain": 4}),
+                                       ("dgx-h100", {"nodes": 8})])  # one tree per switch; spines in 8 trees
+def test_forest_parents_are_each_trees_parent_map(name, size):
+    topo = preset(name, **size)
     trees = [topo.sharp_tree(rail=j) for j in range(topo.gpus_per_domain)]
     forest = build_forest(trees)
     node = forest.members[forest.member]
@@ -264,6 +267,16 @@ def test_lanes_by_key_are_each_keys_vertices_in_order(n, keys):
     want = [(k, vertices[key == k]) for k in np.unique(key).tolist()]
     assert [k for k, _ in got] == [k for k, _ in want]
     assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(got, want, strict=True))
+
+
+def test_slots_in_use_are_the_union():
+    """sharp._slots_in_use counts the slots: np.union1d's answer."""
+    from collectives.algorithms.sharp import _slots_in_use
+
+    rng = np.random.default_rng(11)
+    for a, b in ((rng.integers(0, 9, 300), rng.integers(3, 40, 300)), (np.zeros(5, np.int64), np.zeros(5, np.int64)),
+                 (np.zeros(0, np.int64), np.zeros(0, np.int64))):
+        assert _slots_in_use(a, b) == np.union1d(a, b).tolist()
 
 
 @pytest.mark.parametrize("top", [1, 255, 256, 30_000, 1 << 40])

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .analytic import DATAFLOW_MAX_NODES, Structure, round_pairs
+from . import analytic
+from .analytic import Structure, round_pairs
 from .recurrence import advance_history, cycle_rows, iterate, rate_at
 
 
@@ -37,7 +38,9 @@ def step_depth(st: Structure, lam_nvlink: float, lam_net: float, world_size: int
 
 
 def _step_depth(st: Structure, lam_nvlink: float, lam_net: float, world_size: int) -> float:
-    dataflow = st.num_nodes <= DATAFLOW_MAX_NODES
+    # read at call time, as analytic.structure and the engine read it: the three must take the same model (a
+    # structure of one domain's messages standing for all, replicas.py, is costed by the bulk rules only)
+    dataflow = st.num_nodes <= analytic.DATAFLOW_MAX_NODES
     slots = max((rc.slots for rc in st.rounds), default=1)
     hist = [np.zeros(st.num_nodes)] * slots if dataflow else None
     total = 0.0

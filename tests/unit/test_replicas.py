@@ -62,6 +62,16 @@ def test_alike_domains_cost_as_all_messages(bulk, monkeypatch, name, params, nby
         assert any(1 < a.kinds < 4 for a in taken)
 
 
+@pytest.mark.parametrize("name", ["ring", "double_binary_tree", "nvls_tree"])
+def test_call_latency_of_alike_domains_is_every_messages(bulk, monkeypatch, name):
+    """The per-call step latency (latency.py) of a structure holding one domain's messages: costed by the bulk
+    rules, as every message's would be. 40 DGX nodes: leaves and spines; at 4 KiB the step latency is most of
+    the call, and taking the dataflow recurrence over the kept messages alone would miss most of a ring's steps."""
+    fast, general, answers = _both(monkeypatch, lambda: preset("dgx-h100", nodes=40), name, 4096)
+    assert any(a is not None for a in answers)
+    assert fast == general
+
+
 @pytest.mark.parametrize("nbytes", [4096, 64 << 20])
 def test_a_tree_across_domains_costs_as_all_messages(bulk, monkeypatch, nbytes):
     """16 domains of 2 GPUs: a double binary tree over them puts several in the same place (a kind each)."""

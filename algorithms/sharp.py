@@ -85,19 +85,12 @@ def _index_of(members: np.ndarray, node: np.ndarray) -> np.ndarray:
     return np.searchsorted(members, node)
 
 
-def build_forest(trees: list, nodes=None) -> Forest:
-    """The vertices of `trees` (topology.SharpTree, each balanced: level l's children on level l - 1). `nodes`
-    (increasing node ids holding every tree node) are the members when the forest is part of a larger phase;
-    by default the members are the trees' ranks, then their switches."""
-    ranks = np.sort(np.concatenate([t.ranks for t in trees]))
-    if np.any(ranks[1:] == ranks[:-1]):
-        raise ValueError("a rank can take part in one aggregation tree of a phase only")
-    switches = np.unique(np.concatenate([lv.switches for t in trees for lv in t.levels]))
-    members = np.concatenate([ranks, switches]) if nodes is None else np.asarray(nodes, np.int64)
+def _tree_vertices(trees: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(node, tree, level, parent node) of every vertex, tree by tree (its ranks, then its levels' switches, bottom
+    up), read tree by tree: a node's parent in a tree is the switch listing it, the last listed where a node is
+    listed twice (as a dict built level by level, switch by switch would keep)."""
     node, tree, level, parent_node = [], [], [], []
     for ti, t in enumerate(trees):
-        # each child node's parent switch, the last listed where a node is listed twice (as a dict built level
-        # by level, switch by switch would keep)
         child = [np.asarray(lv.children, np.int64) for lv in t.levels]
         owner = [np.broadcast_to(np.asarray(lv.switches, np.int64)[:, None], c.shape) for lv, c in
                  zip(t.levels, child, strict=True)]
@@ -118,14 +111,88 @@ def build_forest(trees: list, nodes=None) -> Forest:
         found = (at >= 0) & (child[np.maximum(at, 0)] == n) if child.size else np.zeros(n.size, bool)
         parent_node.append(np.where(found, owner[np.maximum(at, 0)] if child.size else -1, -1).astype(np.int64))
     node, tree, level, parent_node = (np.concatenate(x) for x in (node, tree, level, parent_node))
+    return node, tree, level, parent_node
+
+
+def _disjoint_tree_vertices(trees: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """_tree_vertices of trees that share no node and list no node twice (one tree per rail: every node in
+    one tree, once a child), all trees at once: each child's parent by one table over the node ids. None where
+    a node is in two trees or listed twice (the table would have to tell them apart), or the ids are sparse."""
+    node = np.concatenate([x for t in trees for x in [t.ranks] + [lv.switches for lv in t.levels]]).astype(np.int64)
+    if not node.size or int(node.min()) < 0 or int(node.max()) >= 4 * node.size + 1024:
+        return None
+    top = int(node.max()) + 1
+    seen = np.bincount(node, minlength=top)
+    if int(seen.max()) > 1:  # a node in two trees (a spine serving several rails), or twice in one
+        return None
+    sizes = [t.ranks.size + sum(lv.switches.size for lv in t.levels) for t in trees]
+    tree = np.repeat(np.arange(len(trees), dtype=np.int64), sizes)
+    level = np.concatenate([x for t in trees for x in [np.zeros(t.ranks.size, np.int64)] +
+                            [np.full(lv.switches.size, lv.level, np.int64) for lv in t.levels]])
+    levels = [(ti, lv) for ti, t in enumerate(trees) for lv in t.levels]
+    kids = [np.asarray(lv.children, np.int64) for _, lv in levels]
+    none = np.zeros(0, np.int64)
+    child = np.concatenate([c.ravel() for c in kids]) if kids else none
+    owner = np.concatenate([np.broadcast_to(np.asarray(lv.switches, np.int64)[:, None], c.shape).ravel()
+                            for (_, lv), c in zip(levels, kids, strict=True)]) if kids else none
+    owner_tree = np.repeat(np.array([ti for ti, _ in levels], np.int64), [c.size for c in kids])
+    listed = child >= 0
+    child, owner, owner_tree = child[listed], owner[listed], owner_tree[listed]
+    vertex_at = np.full(top, -1, np.int64)
+    vertex_at[node] = np.arange(node.size, dtype=np.int64)
+    if child.size:
+        if int(child.max()) >= top or int(np.bincount(child, minlength=top).max()) > 1:
+            return None  # a child listed twice (or no vertex at all)
+        at = vertex_at[child]
+        if not bool((at >= 0).all()) or not np.array_equal(tree[at], owner_tree):
+            return None  # a child that is no vertex of its switch's tree (which that tree would not read)
+    parent_of = np.full(top, -1, np.int64)
+    parent_of[child] = owner  # every child once: no order among the writes to tell apart
+    return node, tree, level, parent_of[node]
+
+
+def build_forest(trees: list, nodes=None) -> Forest:
+    """The vertices of `trees` (topology.SharpTree, each balanced: level l's children on level l - 1). `nodes`
+    (increasing node ids holding every tree node) are the members when the forest is part of a larger phase;
+    by default the members are the trees' ranks, then their switches."""
+    ranks = np.sort(np.concatenate([t.ranks for t in trees]))
+    if np.any(ranks[1:] == ranks[:-1]):
+        raise ValueError("a rank can take part in one aggregation tree of a phase only")
+    switches = np.unique(np.concatenate([lv.switches for t in trees for lv in t.levels]))
+    members = np.concatenate([ranks, switches]) if nodes is None else np.asarray(nodes, np.int64)
+    disjoint = _disjoint_tree_vertices(trees)
+    node, tree, level, parent_node = _tree_vertices(trees) if disjoint is None else disjoint
     member = _index_of(members, node)
-    # a vertex's parent: the vertex of the parent node in the same tree. The vertices by (member, tree) are the
-    # vertices by member (stable): they are listed tree by tree, so a member's come in increasing tree order
-    key = member * len(trees) + tree
-    order = _member_order(member)
     has = parent_node >= 0
     parent = np.full(node.size, -1, np.int64)
     parent_member, parent_tree = _index_of(members, parent_node[has]), tree[has]
+    if disjoint is not None:
+        # every member has one vertex (no node in two trees): a parent is the vertex of its member, its slot 0
+        vertex_of = np.full(members.size, -1, np.int64)
+        vertex_of[member] = np.arange(node.size, dtype=np.int64)
+        parent[has] = vertex_of[parent_member]
+        slot = np.zeros(node.size, np.int64)
+    else:
+        parent[has], slot = _parents_and_slots(members, member, tree, len(trees), parent_member, parent_tree)
+    assert np.all(level[parent[has]] == level[has] + 1), "SHARP trees are balanced"
+    # position among the parent's children (children in vertex order)
+    position = np.zeros(node.size, np.int64)
+    kids = np.flatnonzero(has)
+    if kids.size:
+        by_parent = kids[np.argsort(parent[kids], kind="stable")]
+        starts = np.r_[0, np.flatnonzero(np.diff(parent[by_parent])) + 1]
+        position[by_parent] = np.arange(by_parent.size) - np.repeat(starts, np.diff(np.r_[starts, by_parent.size]))
+    return Forest(members, member, tree, level, parent, position, slot, np.array([t.depth for t in trees]))
+
+
+def _parents_and_slots(members: np.ndarray, member: np.ndarray, tree: np.ndarray, trees: int,
+                       parent_member: np.ndarray, parent_tree: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The parent vertices (the vertex of each parent member in its child's tree) and every vertex's slot (its
+    index among its member's vertices, in tree order), where a member may have a vertex in several trees."""
+    # the vertices by (member, tree) are the vertices by member (stable): they are listed tree by tree, so a
+    # member's come in increasing tree order
+    key = member * trees + tree
+    order = _member_order(member)
     # each member's first vertex (in (member, tree) order) is the parent where it is in the parent's tree (every
     # parent of a one-tree switch): the first key >= want, np.searchsorted's answer; the others are searched
     sorted_member = member[order]
@@ -135,29 +202,28 @@ def build_forest(trees: list, nodes=None) -> Forest:
     at = first_of[parent_member]
     other = np.flatnonzero((sorted_member[at] != parent_member) | (tree[order[at]] != parent_tree))
     if other.size:
-        at[other] = np.searchsorted(key[order], parent_member[other] * len(trees) + parent_tree[other])
-    parent[has] = order[at]
-    assert np.all(level[parent[has]] == level[has] + 1), "SHARP trees are balanced"
-    # position among the parent's children (children in vertex order), slot among the member's vertices
-    position = np.zeros(node.size, np.int64)
-    kids = np.flatnonzero(has)
-    if kids.size:
-        by_parent = kids[np.argsort(parent[kids], kind="stable")]
-        starts = np.r_[0, np.flatnonzero(np.diff(parent[by_parent])) + 1]
-        position[by_parent] = np.arange(by_parent.size) - np.repeat(starts, np.diff(np.r_[starts, by_parent.size]))
-    by_member = order  # the vertices by (member, tree): the parents' order above, each member's run from `runs`
+        at[other] = np.searchsorted(key[order], parent_member[other] * trees + parent_tree[other])
+    parent = order[at]
     first = np.repeat(runs, np.diff(np.r_[runs, sorted_member.size]))
-    slot = np.empty(node.size, np.int64)
-    slot[by_member] = np.arange(node.size) - first
-    return Forest(members, member, tree, level, parent, position, slot, np.array([t.depth for t in trees]))
+    slot = np.empty(member.size, np.int64)
+    slot[order] = np.arange(member.size) - first
+    return parent, slot
 
 
-def _lanes_by(forest: Forest, vertices: np.ndarray, key: np.ndarray, make) -> list[Lane]:
-    """One lane per distinct key (in increasing order) over `vertices`, made by make(vertices of the key, key)."""
-    # vertices[key == k] for each k in one stable sort: each key's vertices, in their order, are one run
+def _lanes_by(forest: Forest, vertices: np.ndarray, key: np.ndarray, make, within: np.ndarray | None = None
+              ) -> list[Lane]:
+    """One lane per distinct key (in increasing order) over `vertices`, made by make(vertices of the key, key):
+    each key's vertices in their order, or by `within` (per vertex: the member it gives its lane; stable), so
+    that a lane whose members are those finds them in order (lane() would sort each lane's members alike)."""
+    # vertices[key == k] for each k in one stable sort: each key's vertices, in their order, are one run; by
+    # (key, within) in two (least significant first)
     if not key.size:
         return []
-    order = _stable_order(key)
+    if within is None:
+        order = _stable_order(key)
+    else:
+        by_within = _stable_order(within)
+        order = by_within[_stable_order(key[by_within])]
     ordered, keys = vertices[order], key[order]
     starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
     ends = np.r_[starts[1:], keys.size]
@@ -186,7 +252,7 @@ def climb_lanes(forest: Forest, data, lag: int = 0, reduce: bool = True, path=No
         mine = up[parent_slot == k]
         lanes += _lanes_by(f, mine, f.position[mine], lambda v, i: lane(
             (recv_reduce if reduce and i > 0 else recv), f.member[f.parent[v]], f.member[v], lag + f.level[v],
-            lambda k_, at, v=v: data(k_, v[at])))
+            lambda k_, at, v=v: data(k_, v[at])), within=f.member[f.parent[mine]])
         # child side: the vertices of slot k send
         sender = up[own_slot == k]
         if sender.size:
@@ -212,7 +278,8 @@ def descent_lanes(forest: Forest, data, lag: int = 0, multicast: bool = True, sk
     for k in _slots_in_use(parent_slot, own_slot):
         mine = down[parent_slot == k]
         lanes += _lanes_by(f, mine, f.position[mine], lambda v, i: lane(
-            send, f.member[f.parent[v]], f.member[v], lags[v], lambda k_, at, v=v: data(k_, v[at]), period))
+            send, f.member[f.parent[v]], f.member[v], lags[v], lambda k_, at, v=v: data(k_, v[at]), period),
+            within=f.member[f.parent[mine]])
         receiver = down[own_slot == k]
         if receiver.size:
             lanes.append(lane(recv, f.member[receiver], f.member[f.parent[receiver]], lags[receiver],

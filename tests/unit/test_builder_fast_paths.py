@@ -129,6 +129,61 @@ def test_forest_parents_are_each_trees_parent_map(name, size):
         assert (want >= 0).sum() == on.sum() - 1, "every vertex but the root has a parent"
 
 
+@pytest.mark.parametrize("name,size", [("gb200-nvl72", {"racks": 16, "gpus_per_domain": 4}),
+                                       ("gb300-nvl72", {"racks": 8}), ("dgx-h100", {"nodes": 8})])
+def test_forest_of_disjoint_trees_is_the_general_one(monkeypatch, name, size):
+    """Rail trees that share no switch (a fat-tree per rail, rail-aligned leaves to the top) are read all at once
+    (sharp._disjoint_tree_vertices): the forest the tree-by-tree reading gives, with the members of a phase or
+    its own."""
+    from collectives.algorithms import sharp
+
+    topo = preset(name, **size)
+    trees = [topo.sharp_tree(ranks=g, port=int(topo.rank_rail(int(g[0])))) for g in topo.domain_groups().T]
+    switches = np.unique(np.concatenate([t.switches for t in trees]))
+    disjoint = sharp._disjoint_tree_vertices(trees) is not None
+    assert disjoint == (switches.size == sum(t.switches.size for t in trees))
+    for nodes in (None, np.concatenate([np.arange(topo.world_size), topo.nvswitches(), switches])):
+        fast = build_forest(trees, nodes)
+        with monkeypatch.context() as m:
+            m.setattr(sharp, "_disjoint_tree_vertices", lambda trees: None)
+            general = build_forest(trees, nodes)
+        for field in fast.__dataclass_fields__:
+            a, b = getattr(fast, field), getattr(general, field)
+            assert a.dtype == b.dtype and np.array_equal(a, b), field
+
+
+def test_disjoint_reading_refuses_what_it_cannot_tell_apart():
+    """A node listed twice as a child, or a child that is no vertex of its switch's tree: the general reading."""
+    from collectives.algorithms import sharp
+
+    from collectives.topology.sharp_tree import SharpLevel, SharpTree
+
+    def tree(ranks, leaf_kids):
+        return SharpTree(None, np.array(ranks), [SharpLevel(1, np.array([100 + ranks[0]]), np.array([leaf_kids]))])
+
+    assert sharp._disjoint_tree_vertices([tree([0, 1], [0, 1]), tree([2, 3], [2, 3])]) is not None
+    assert sharp._disjoint_tree_vertices([tree([0, 1], [0, 1]), tree([2, 3], [2, 1])]) is None  # 1 in two trees' lists
+    assert sharp._disjoint_tree_vertices([tree([0, 1], [0, 1, 1])]) is None
+
+
+@pytest.mark.parametrize("n,keys", [(0, 1), (1, 1), (50, 3), (2000, 70)])
+def test_lanes_by_key_within_members_are_each_keys_vertices_by_member(n, keys):
+    """sharp._lanes_by with `within`: per key, vertices[key == k] in the stable order of their members, which is
+    the order lane() would put them in."""
+    from collectives.algorithms import sharp
+
+    rng = np.random.default_rng(n * keys + 5)
+    vertices, key = rng.permutation(2 * n)[:n], rng.integers(0, keys, n)
+    within = rng.integers(0, 100_000, n)
+    got = sharp._lanes_by(None, vertices, key, lambda v, k: (k, v.copy()), within=within)
+    want = []
+    for k in np.unique(key).tolist():
+        on = np.flatnonzero(key == k)
+        want.append((k, vertices[on[np.argsort(within[on], kind="stable")]]))
+    assert [k for k, _ in got] == [k for k, _ in want]
+    assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(got, want, strict=True))
+
+
 @pytest.mark.parametrize("case", ["distinct", "repeated", "sparse", "small"])
 def test_member_order_is_a_stable_argsort(case):
     rng = np.random.default_rng(7)
@@ -279,9 +334,10 @@ def test_slots_in_use_are_the_union():
         assert _slots_in_use(a, b) == np.union1d(a, b).tolist()
 
 
-@pytest.mark.parametrize("top", [1, 255, 256, 30_000, 1 << 40])
+@pytest.mark.parametrize("top", [1, 255, 256, 30_000, 40_000, 1 << 20, 1 << 30, 1 << 40])
 def test_stable_order_is_a_stable_argsort(top):
-    """_pipeline._stable_order sorts small keys as one or two bytes: the permutation of a stable argsort."""
+    """_pipeline._stable_order sorts small keys as one or two bytes, keys below 2**30 as two 15-bit digits: the
+    permutation of a stable argsort."""
     keys = np.random.default_rng(top).integers(0, top, 5000)
     keys[:3] = top - 1
     assert np.array_equal(_pipeline._stable_order(keys), np.argsort(keys, kind="stable"))

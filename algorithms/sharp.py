@@ -56,6 +56,7 @@ class Forest:
     position: np.ndarray  # per vertex: its index among its parent's children
     slot: np.ndarray  # per vertex: its index among its member's vertices (tree order)
     depth: np.ndarray  # per tree: switch levels
+    by_member: np.ndarray  # the vertices in member order (a member's in tree order): np.argsort(member, stable)
 
     @property
     def fanout(self) -> int:
@@ -172,23 +173,28 @@ def build_forest(trees: list, nodes=None) -> Forest:
         vertex_of[member] = np.arange(node.size, dtype=np.int64)
         parent[has] = vertex_of[parent_member]
         slot = np.zeros(node.size, np.int64)
+        by_member = vertex_of[vertex_of >= 0]  # (members without a vertex: those of `nodes` in no tree)
     else:
-        parent[has], slot = _parents_and_slots(members, member, tree, len(trees), parent_member, parent_tree)
+        parent[has], slot, by_member = _parents_and_slots(members, member, tree, len(trees), parent_member,
+                                                          parent_tree)
     assert np.all(level[parent[has]] == level[has] + 1), "SHARP trees are balanced"
     # position among the parent's children (children in vertex order)
     position = np.zeros(node.size, np.int64)
     kids = np.flatnonzero(has)
     if kids.size:
-        by_parent = kids[np.argsort(parent[kids], kind="stable")]
+        by_parent = kids[_stable_order(parent[kids])]  # (radix-sorted: the stable argsort's order)
         starts = np.r_[0, np.flatnonzero(np.diff(parent[by_parent])) + 1]
         position[by_parent] = np.arange(by_parent.size) - np.repeat(starts, np.diff(np.r_[starts, by_parent.size]))
-    return Forest(members, member, tree, level, parent, position, slot, np.array([t.depth for t in trees]))
+    return Forest(members, member, tree, level, parent, position, slot, np.array([t.depth for t in trees]),
+                  by_member)
 
 
 def _parents_and_slots(members: np.ndarray, member: np.ndarray, tree: np.ndarray, trees: int,
-                       parent_member: np.ndarray, parent_tree: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The parent vertices (the vertex of each parent member in its child's tree) and every vertex's slot (its
-    index among its member's vertices, in tree order), where a member may have a vertex in several trees."""
+                       parent_member: np.ndarray, parent_tree: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The parent vertices (the vertex of each parent member in its child's tree), every vertex's slot (its
+    index among its member's vertices, in tree order) and the vertices in member order, where a member may have
+    a vertex in several trees."""
     # the vertices by (member, tree) are the vertices by member (stable): they are listed tree by tree, so a
     # member's come in increasing tree order
     key = member * trees + tree
@@ -207,7 +213,7 @@ def _parents_and_slots(members: np.ndarray, member: np.ndarray, tree: np.ndarray
     first = np.repeat(runs, np.diff(np.r_[runs, sorted_member.size]))
     slot = np.empty(member.size, np.int64)
     slot[order] = np.arange(member.size) - first
-    return parent, slot
+    return parent, slot, order
 
 
 def _lanes_by(forest: Forest, vertices: np.ndarray, key: np.ndarray, make, within: np.ndarray | None = None
@@ -231,6 +237,37 @@ def _lanes_by(forest: Forest, vertices: np.ndarray, key: np.ndarray, make, withi
                                                           strict=True)]
 
 
+def _lanes_by_position(forest: Forest, children: np.ndarray, make) -> list[Lane]:
+    """_lanes_by(forest, children, position, make, within=member of the parent) for `children` whose parents
+    are distinct members (one slot's): a (parent, position) table of the children, its rows the parents in
+    member order, read column by column, instead of sorting the children (each parent has one child at a
+    position: the column's children are the key's, in their parents' member order). By the sort where the
+    table would be sparse."""
+    f = forest
+    if not children.size:
+        return []
+    parents = f.parent[children]
+    position = f.position[children]
+    fanout = int(position.max()) + 1
+    is_parent = np.zeros(f.member.size, bool)
+    is_parent[parents] = True
+    rows = np.flatnonzero(is_parent)
+    if rows.size * fanout > 4 * children.size + 1024:
+        return _lanes_by(f, children, position, make, within=f.member[parents])
+    rows = rows[_member_order(f.member[rows])]
+    row_of = np.empty(f.member.size, np.int64)
+    row_of[rows] = np.arange(rows.size, dtype=np.int64)
+    table = np.full((fanout, rows.size), -1, np.int64)  # position-major: each position's children contiguous
+    table[position, row_of[parents]] = children
+    lanes = []
+    for i in range(fanout):
+        at = table[i]
+        at = at[at >= 0]
+        if at.size:
+            lanes.append(make(at, i))
+    return lanes
+
+
 def _slots_in_use(parent_slot: np.ndarray, own_slot: np.ndarray) -> list[int]:
     """np.union1d(parent_slot, own_slot) as a list: slots are small non-negative indices, counted, not sorted."""
     if not parent_slot.size:
@@ -244,17 +281,18 @@ def climb_lanes(forest: Forest, data, lag: int = 0, reduce: bool = True, path=No
     first child's copy and reduce-receives the others in that round (`reduce=False`: stores each child's range,
     as a gather does). `path` (a vertex mask) keeps only the vertices on it."""
     f = forest
-    up = np.flatnonzero((f.parent >= 0) & (np.ones(f.member.size, bool) if path is None else path))
+    on = (f.parent >= 0) & (np.ones(f.member.size, bool) if path is None else path)
+    up = np.flatnonzero(on)
     lanes = []
     parent_slot, own_slot = f.slot[f.parent[up]], f.slot[up]
     for k in _slots_in_use(parent_slot, own_slot):
-        # parent side: one lane per (parent slot, child position)
+        # parent side: one lane per (parent slot, child position), the parents in member order
         mine = up[parent_slot == k]
-        lanes += _lanes_by(f, mine, f.position[mine], lambda v, i: lane(
+        lanes += _lanes_by_position(f, mine, lambda v, i: lane(
             (recv_reduce if reduce and i > 0 else recv), f.member[f.parent[v]], f.member[v], lag + f.level[v],
-            lambda k_, at, v=v: data(k_, v[at])), within=f.member[f.parent[mine]])
-        # child side: the vertices of slot k send
-        sender = up[own_slot == k]
+            lambda k_, at, v=v: data(k_, v[at])))
+        # child side: the vertices of slot k send (in member order: the lane's members as given)
+        sender = f.by_member[on[f.by_member] & (f.slot[f.by_member] == k)]
         if sender.size:
             lanes.append(lane(send, f.member[sender], f.member[f.parent[sender]], lag + f.level[sender],
                               lambda k_, at, v=sender: data(k_, v[at])))
@@ -267,7 +305,8 @@ def descent_lanes(forest: Forest, data, lag: int = 0, multicast: bool = True, sk
     `skip` (a vertex mask) leaves out the vertices that already hold the data."""
     f = forest
     L = f.top()
-    down = np.flatnonzero((f.parent >= 0) & (np.ones(f.member.size, bool) if skip is None else ~skip))
+    on = (f.parent >= 0) & (np.ones(f.member.size, bool) if skip is None else ~skip)
+    down = np.flatnonzero(on)
     if multicast:
         lags, period = lag + 2 * L - f.level - 1, 1
     else:
@@ -277,10 +316,9 @@ def descent_lanes(forest: Forest, data, lag: int = 0, multicast: bool = True, sk
     parent_slot, own_slot = f.slot[f.parent[down]], f.slot[down]
     for k in _slots_in_use(parent_slot, own_slot):
         mine = down[parent_slot == k]
-        lanes += _lanes_by(f, mine, f.position[mine], lambda v, i: lane(
-            send, f.member[f.parent[v]], f.member[v], lags[v], lambda k_, at, v=v: data(k_, v[at]), period),
-            within=f.member[f.parent[mine]])
-        receiver = down[own_slot == k]
+        lanes += _lanes_by_position(f, mine, lambda v, i: lane(
+            send, f.member[f.parent[v]], f.member[v], lags[v], lambda k_, at, v=v: data(k_, v[at]), period))
+        receiver = f.by_member[on[f.by_member] & (f.slot[f.by_member] == k)]  # (in member order)
         if receiver.size:
             lanes.append(lane(recv, f.member[receiver], f.member[f.parent[receiver]], lags[receiver],
                               lambda k_, at, v=receiver: data(k_, v[at]), period))

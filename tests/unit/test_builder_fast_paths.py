@@ -370,3 +370,25 @@ def test_index_of_is_searchsorted():
     for m, x in ((members, node), (members, np.r_[node, members[-1] + 1]), (members, np.r_[node, 1 + members[0]]),
                  (np.sort(np.r_[members, members[:9]]), node)):
         assert np.array_equal(_index_of(m, x), np.searchsorted(m, x))
+
+
+@pytest.mark.parametrize("name,size", [("gb200-nvl72", {"racks": 16, "gpus_per_domain": 4}),
+                                       ("gb300-nvl72", {"racks": 8}), ("dgx-h100", {"nodes": 8})])
+def test_lanes_by_position_are_the_sorted_ones(name, size):
+    """sharp._lanes_by_position reads each position's children from a table whose rows are the parents in
+    member order: the children _lanes_by sorts by (position, parent's member); the forest's vertices in member
+    order are the stable argsort of their members."""
+    from collectives.algorithms import sharp
+
+    topo = preset(name, **size)
+    forest = build_forest([topo.sharp_tree(ranks=g, port=int(topo.rank_rail(int(g[0]))))
+                           for g in topo.domain_groups().T])
+    assert np.array_equal(forest.by_member, np.argsort(forest.member, kind="stable"))
+    up = np.flatnonzero(forest.parent >= 0)
+    for k in np.unique(forest.slot[forest.parent[up]]).tolist():
+        mine = up[forest.slot[forest.parent[up]] == k]
+        got = sharp._lanes_by_position(forest, mine, lambda v, i: (i, v))
+        want = sharp._lanes_by(forest, mine, forest.position[mine], lambda v, i: (i, v),
+                               within=forest.member[forest.parent[mine]])
+        assert [i for i, _ in got] == [i for i, _ in want]
+        assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(got, want, strict=True))

@@ -30,6 +30,7 @@ flight; SAT (streaming, exclusive tree lock) above it, with a deep pipeline. Whe
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -115,16 +116,32 @@ def _tree_vertices(trees: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     return node, tree, level, parent_node
 
 
-def _disjoint_tree_vertices(trees: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+class _Disjoint(NamedTuple):
+    """The vertices of trees that share no node, read all at once (_disjoint_tree_vertices)."""
+
+    node: np.ndarray  # per vertex: its node (tree by tree, as _tree_vertices lists them)
+    tree: np.ndarray
+    level: np.ndarray
+    parent: np.ndarray  # per vertex: the parent vertex (-1 at roots)
+    vertex_at: np.ndarray  # per node id: its vertex (-1 for nodes in no tree)
+    position: np.ndarray | None  # per vertex: its column among its switch's children (None: not in vertex order)
+
+
+def _disjoint_tree_vertices(trees: list) -> _Disjoint | None:
     """_tree_vertices of trees that share no node and list no node twice (one tree per rail: every node in
-    one tree, once a child), all trees at once: each child's parent by one table over the node ids. None where
-    a node is in two trees or listed twice (the table would have to tell them apart), or the ids are sparse."""
+    one tree, once a child), all trees at once: each node's vertex and each child's parent by tables over the
+    node ids. A child's position among its switch's children is its column among the switch's listed children
+    where every switch lists them in vertex order (the ranks in rank order, the switches as their level lists
+    them). None where a node is in two trees or listed twice (the tables would have to tell them apart), a
+    switch lists a child of another tree, or the ids are sparse."""
     node = np.concatenate([x for t in trees for x in [t.ranks] + [lv.switches for lv in t.levels]]).astype(np.int64)
     if not node.size or int(node.min()) < 0 or int(node.max()) >= 4 * node.size + 1024:
         return None
     top = int(node.max()) + 1
-    seen = np.bincount(node, minlength=top)
-    if int(seen.max()) > 1:  # a node in two trees (a spine serving several rails), or twice in one
+    every = np.arange(node.size, dtype=np.int64)
+    vertex_at = np.full(top, -1, np.int64)
+    vertex_at[node] = every
+    if not np.array_equal(vertex_at[node], every):  # a node in two trees (a spine serving several rails)
         return None
     sizes = [t.ranks.size + sum(lv.switches.size for lv in t.levels) for t in trees]
     tree = np.repeat(np.arange(len(trees), dtype=np.int64), sizes)
@@ -136,55 +153,68 @@ def _disjoint_tree_vertices(trees: list) -> tuple[np.ndarray, np.ndarray, np.nda
     child = np.concatenate([c.ravel() for c in kids]) if kids else none
     owner = np.concatenate([np.broadcast_to(np.asarray(lv.switches, np.int64)[:, None], c.shape).ravel()
                             for (_, lv), c in zip(levels, kids, strict=True)]) if kids else none
-    owner_tree = np.repeat(np.array([ti for ti, _ in levels], np.int64), [c.size for c in kids])
     listed = child >= 0
-    child, owner, owner_tree = child[listed], owner[listed], owner_tree[listed]
-    vertex_at = np.full(top, -1, np.int64)
-    vertex_at[node] = np.arange(node.size, dtype=np.int64)
+    # each child's column among its switch's listed children
+    column = np.concatenate([(np.cumsum(c >= 0, axis=1) - 1).ravel() for c in kids]) if kids else none
+    child, owner, column = child[listed], owner[listed], column[listed]
+    parent = np.full(node.size, -1, np.int64)
+    position = np.zeros(node.size, np.int64)
     if child.size:
-        if int(child.max()) >= top or int(np.bincount(child, minlength=top).max()) > 1:
-            return None  # a child listed twice (or no vertex at all)
-        at = vertex_at[child]
-        if not bool((at >= 0).all()) or not np.array_equal(tree[at], owner_tree):
+        if int(child.max()) >= top:
+            return None  # a child that is no vertex
+        at, up = vertex_at[child], vertex_at[owner]
+        if not bool((at >= 0).all()) or not np.array_equal(tree[at], tree[up]):
             return None  # a child that is no vertex of its switch's tree (which that tree would not read)
-    parent_of = np.full(top, -1, np.int64)
-    parent_of[child] = owner  # every child once: no order among the writes to tell apart
-    return node, tree, level, parent_of[node]
+        parent[at] = up
+        if not np.array_equal(parent[at], up):
+            return None  # a child listed by two switches
+        # in vertex order along each switch's list (strictly: a child listed twice is not)
+        same = up[1:] == up[:-1]
+        position[at] = column
+        if not bool((at[1:][same] > at[:-1][same]).all()) or not np.array_equal(position[at], column):
+            position = None
+    return _Disjoint(node, tree, level, parent, vertex_at, position)
 
 
 def build_forest(trees: list, nodes=None) -> Forest:
     """The vertices of `trees` (topology.SharpTree, each balanced: level l's children on level l - 1). `nodes`
     (increasing node ids holding every tree node) are the members when the forest is part of a larger phase;
     by default the members are the trees' ranks, then their switches."""
-    ranks = np.sort(np.concatenate([t.ranks for t in trees]))
-    if np.any(ranks[1:] == ranks[:-1]):
-        raise ValueError("a rank can take part in one aggregation tree of a phase only")
-    switches = np.unique(np.concatenate([lv.switches for t in trees for lv in t.levels]))
-    members = np.concatenate([ranks, switches]) if nodes is None else np.asarray(nodes, np.int64)
     disjoint = _disjoint_tree_vertices(trees)
-    node, tree, level, parent_node = _tree_vertices(trees) if disjoint is None else disjoint
-    member = _index_of(members, node)
-    has = parent_node >= 0
-    parent = np.full(node.size, -1, np.int64)
-    parent_member, parent_tree = _index_of(members, parent_node[has]), tree[has]
-    if disjoint is not None:
-        # every member has one vertex (no node in two trees): a parent is the vertex of its member, its slot 0
-        vertex_of = np.full(members.size, -1, np.int64)
-        vertex_of[member] = np.arange(node.size, dtype=np.int64)
-        parent[has] = vertex_of[parent_member]
-        slot = np.zeros(node.size, np.int64)
-        by_member = vertex_of[vertex_of >= 0]  # (members without a vertex: those of `nodes` in no tree)
+    if disjoint is None or nodes is None:  # (disjoint trees share no rank: no need to look)
+        ranks = np.sort(np.concatenate([t.ranks for t in trees]))
+        if np.any(ranks[1:] == ranks[:-1]):
+            raise ValueError("a rank can take part in one aggregation tree of a phase only")
+    if nodes is None:
+        switches = np.unique(np.concatenate([lv.switches for t in trees for lv in t.levels]))
+        members = np.concatenate([ranks, switches])
     else:
-        parent[has], slot, by_member = _parents_and_slots(members, member, tree, len(trees), parent_member,
-                                                          parent_tree)
+        members = np.asarray(nodes, np.int64)
+    if disjoint is not None:
+        # every member has one vertex (no node in two trees): members are in node order, so the vertices by
+        # member are the vertices by node; every slot is 0
+        node, tree, level, parent, vertex_at, position = disjoint
+        member = _index_of(members, node)
+        has = parent >= 0
+        slot = np.zeros(node.size, np.int64)
+        by_member = vertex_at[vertex_at >= 0]
+    else:
+        node, tree, level, parent_node = _tree_vertices(trees)
+        member = _index_of(members, node)
+        has = parent_node >= 0
+        parent = np.full(node.size, -1, np.int64)
+        parent[has], slot, by_member = _parents_and_slots(members, member, tree, len(trees),
+                                                          _index_of(members, parent_node[has]), tree[has])
+        position = None
     assert np.all(level[parent[has]] == level[has] + 1), "SHARP trees are balanced"
-    # position among the parent's children (children in vertex order)
-    position = np.zeros(node.size, np.int64)
-    kids = np.flatnonzero(has)
-    if kids.size:
-        by_parent = kids[_stable_order(parent[kids])]  # (radix-sorted: the stable argsort's order)
-        starts = np.r_[0, np.flatnonzero(np.diff(parent[by_parent])) + 1]
-        position[by_parent] = np.arange(by_parent.size) - np.repeat(starts, np.diff(np.r_[starts, by_parent.size]))
+    if position is None:  # position among the parent's children (children in vertex order)
+        position = np.zeros(node.size, np.int64)
+        kids = np.flatnonzero(has)
+        if kids.size:
+            by_parent = kids[_stable_order(parent[kids])]  # (radix-sorted: the stable argsort's order)
+            starts = np.r_[0, np.flatnonzero(np.diff(parent[by_parent])) + 1]
+            position[by_parent] = np.arange(by_parent.size) - np.repeat(starts,
+                                                                         np.diff(np.r_[starts, by_parent.size]))
     return Forest(members, member, tree, level, parent, position, slot, np.array([t.depth for t in trees]),
                   by_member)
 

@@ -152,8 +152,10 @@ def test_forest_of_disjoint_trees_is_the_general_one(monkeypatch, name, size):
             assert a.dtype == b.dtype and np.array_equal(a, b), field
 
 
-def test_disjoint_reading_refuses_what_it_cannot_tell_apart():
-    """A node listed twice as a child, or a child that is no vertex of its switch's tree: the general reading."""
+def test_disjoint_reading_refuses_what_it_cannot_tell_apart(monkeypatch):
+    """Trees read all at once give the forest of the tree-by-tree reading; a child in another tree's list is
+    left to that reading; a child listed twice by its switch, or a switch listing its children out of vertex
+    order, leaves the positions to the sort."""
     from collectives.algorithms import sharp
 
     from collectives.topology.sharp_tree import SharpLevel, SharpTree
@@ -161,9 +163,23 @@ def test_disjoint_reading_refuses_what_it_cannot_tell_apart():
     def tree(ranks, leaf_kids):
         return SharpTree(None, np.array(ranks), [SharpLevel(1, np.array([100 + ranks[0]]), np.array([leaf_kids]))])
 
-    assert sharp._disjoint_tree_vertices([tree([0, 1], [0, 1]), tree([2, 3], [2, 3])]) is not None
-    assert sharp._disjoint_tree_vertices([tree([0, 1], [0, 1]), tree([2, 3], [2, 1])]) is None  # 1 in two trees' lists
-    assert sharp._disjoint_tree_vertices([tree([0, 1], [0, 1, 1])]) is None
+    cases = {"apart": [tree([0, 1], [0, 1]), tree([2, 3], [2, 3])],
+             "another tree's child": [tree([0, 1], [0, 1]), tree([2, 3], [2, 1])],
+             "twice": [tree([0, 1], [0, 1, 1])], "out of order": [tree([0, 1, 2], [2, 0, 1])],
+             "padded": [tree([0, 1, 2], [0, -1, 1, 2])]}
+    read = {name: sharp._disjoint_tree_vertices(trees) for name, trees in cases.items()}
+    assert read["another tree's child"] is None
+    assert read["apart"].position is not None and read["padded"].position is not None
+    assert read["twice"].position is None and read["out of order"].position is None
+    for name, trees in cases.items():
+        if name == "another tree's child":
+            continue
+        fast = build_forest(trees)
+        with monkeypatch.context() as m:
+            m.setattr(sharp, "_disjoint_tree_vertices", lambda trees: None)
+            general = build_forest(trees)
+        for field in fast.__dataclass_fields__:
+            assert np.array_equal(getattr(fast, field), getattr(general, field)), (name, field)
 
 
 @pytest.mark.parametrize("n,keys", [(0, 1), (1, 1), (50, 3), (2000, 70)])

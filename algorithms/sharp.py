@@ -147,16 +147,22 @@ def _disjoint_tree_vertices(trees: list) -> _Disjoint | None:
     tree = np.repeat(np.arange(len(trees), dtype=np.int64), sizes)
     level = np.concatenate([x for t in trees for x in [np.zeros(t.ranks.size, np.int64)] +
                             [np.full(lv.switches.size, lv.level, np.int64) for lv in t.levels]])
-    levels = [(ti, lv) for ti, t in enumerate(trees) for lv in t.levels]
-    kids = [np.asarray(lv.children, np.int64) for _, lv in levels]
+    levels = [lv for t in trees for lv in t.levels]
     none = np.zeros(0, np.int64)
-    child = np.concatenate([c.ravel() for c in kids]) if kids else none
-    owner = np.concatenate([np.broadcast_to(np.asarray(lv.switches, np.int64)[:, None], c.shape).ravel()
-                            for (_, lv), c in zip(levels, kids, strict=True)]) if kids else none
-    listed = child >= 0
-    # each child's column among its switch's listed children
-    column = np.concatenate([(np.cumsum(c >= 0, axis=1) - 1).ravel() for c in kids]) if kids else none
-    child, owner, column = child[listed], owner[listed], column[listed]
+    if levels:
+        # every switch's list of children (one row of its level's table), rows one after another
+        child = np.concatenate([np.asarray(lv.children, np.int64).ravel() for lv in levels])
+        width = np.repeat([np.shape(lv.children)[1] for lv in levels], [np.size(lv.switches) for lv in levels])
+        owner = np.repeat(np.concatenate([np.asarray(lv.switches, np.int64) for lv in levels]), width)
+        listed = child >= 0
+        # each child's column among its switch's listed children: the listed ones counted along the rows
+        count = np.cumsum(listed)
+        row_start = np.cumsum(width) - width
+        before = np.where(row_start > 0, count[np.maximum(row_start - 1, 0)], 0)
+        column = count - 1 - np.repeat(before, width)
+        child, owner, column = child[listed], owner[listed], column[listed]
+    else:
+        child = owner = column = none
     parent = np.full(node.size, -1, np.int64)
     position = np.zeros(node.size, np.int64)
     if child.size:

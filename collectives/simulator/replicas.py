@@ -323,9 +323,10 @@ def _fabric_rails_alike(topo, index: np.ndarray, src: np.ndarray, dst: np.ndarra
     rank or a fabric switch at the other, are rail-0 messages (column 0) and copies (column j) under a map of
     the nodes that moves a rank by j (rail 0's ranks to rail j's) and a fabric switch to a fabric switch, one
     per rail, distinct across rails and after its original in the node order, with the same fields. Such a
-    message crosses the one link between its two adjacent ends (Cluster.hop_list finds no other path), so a copy
-    crosses the image of its original's link: the map of the links is one-to-one and the rails' links are
-    disjoint, as the nodes' are; the links' attributes are compared, as are the fields."""
+    message crosses the one link between its two adjacent ends (Cluster.hop_list's path; `adjacent_links` finds
+    it, and raises for ends that are not adjacent, as costing the message would), so a copy crosses the image
+    of its original's link: the map of the links is one-to-one and the rails' links are disjoint, as the
+    nodes' are; the links' attributes are compared, as are the fields."""
     S, D = _laid(src, index, lo), _laid(dst, index, lo)
     for X in (S, D):
         rank = X[:, 0] < N
@@ -350,13 +351,15 @@ def _fabric_rails_alike(topo, index: np.ndarray, src: np.ndarray, dst: np.ndarra
     if not all(bool((X == X[:, :1]).all()) for X in [_laid(x, index, lo) for x in fields] +
                [x[D] for x in receiver_fields]):
         return False
-    # the links' attributes, PATH_BLOCK messages at a time (a block's temporaries stay in the caches)
+    # the links (hop_list's one hop of a message with a switch at one end) and their attributes, PATH_BLOCK
+    # messages at a time (a block's temporaries stay in the processor's caches)
+    links = getattr(topo, "adjacent_links", None)
+    if links is None:
+        return False
     s, d = S.ravel(), D.ravel()
     rows = max(1, PATH_BLOCK // R)
     for a in range(0, S.shape[0], rows):
-        fidx, hl = topo.hop_list(s[a * R:(a + rows) * R], d[a * R:(a + rows) * R])
-        if not np.array_equal(fidx, np.arange(hl.size)) or hl.size != min(rows, S.shape[0] - a) * R:
-            return False  # (one hop each: a message with a switch at one end runs between adjacent nodes)
+        hl = links(s[a * R:(a + rows) * R], d[a * R:(a + rows) * R])
         for x in (topo.link_attributes(hl) if hasattr(topo, "link_attributes") else
                   (topo.link_bandwidth(hl), topo.link_latency(hl), topo.link_tier(hl))):
             x = x.reshape(-1, R)

@@ -246,6 +246,16 @@ class ClusterLinks:
             return None
         return tuple(int(x) for x in steps[1:])
 
+    def adjacent_links(self, src: object, dst: object) -> np.ndarray:
+        """link_between(src, dst) (the one link joining each adjacent pair; raises for others), a rank and its
+        own NVSwitch or leaf found without link_between's search: the link hop_list gives a message with a
+        switch at one end."""
+        s, d = np.broadcast_arrays(as_index_array(src, "src"), as_index_array(dst, "dst"))
+        s, d = s.ravel(), d.ravel()
+        if s.size and (min(s.min(), d.min()) < 0 or max(s.max(), d.max()) >= self.num_nodes):
+            raise ValueError(f"nodes must be in [0, {self.num_nodes})")
+        return self._adjacent_links(s, d)
+
     def _adjacent_links(self, s: np.ndarray, d: np.ndarray, sd: np.ndarray | None = None,
                         dd: np.ndarray | None = None) -> np.ndarray:
         """link_between(s, d), the pairs of a rank and its own domain switch (NVLS's messages: most of the

@@ -312,23 +312,32 @@ def _slots_in_use(parent_slot: np.ndarray, own_slot: np.ndarray) -> list[int]:
     return np.flatnonzero(np.bincount(parent_slot, minlength=n) + np.bincount(own_slot, minlength=n)).tolist()
 
 
+def _by_slot(forest: Forest, on: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per slot in use by the vertices `on` (a mask of vertices with a parent) or their parents, in increasing
+    slot: (the vertices whose parent has the slot, in vertex order; the vertices of the slot, in member order).
+    Where every slot is 0 (no member in two trees) the masks are the whole sets, not compared slot by slot."""
+    f = forest
+    at = np.flatnonzero(on)
+    in_order = f.by_member[on[f.by_member]]
+    if not f.slot.any():
+        return [(at, in_order)] if at.size else []
+    parent_slot = f.slot[f.parent[at]]
+    own = f.slot[in_order]
+    return [(at[parent_slot == k], in_order[own == k]) for k in _slots_in_use(parent_slot, f.slot[at])]
+
+
 def climb_lanes(forest: Forest, data, lag: int = 0, reduce: bool = True, path=None) -> list[Lane]:
     """Every vertex sends `data(piece, vertex)` to its parent at lag `lag` + its level; the parent stores its
     first child's copy and reduce-receives the others in that round (`reduce=False`: stores each child's range,
     as a gather does). `path` (a vertex mask) keeps only the vertices on it."""
     f = forest
-    on = (f.parent >= 0) & (np.ones(f.member.size, bool) if path is None else path)
-    up = np.flatnonzero(on)
     lanes = []
-    parent_slot, own_slot = f.slot[f.parent[up]], f.slot[up]
-    for k in _slots_in_use(parent_slot, own_slot):
+    for mine, sender in _by_slot(f, (f.parent >= 0) if path is None else (f.parent >= 0) & path):
         # parent side: one lane per (parent slot, child position), the parents in member order
-        mine = up[parent_slot == k]
         lanes += _lanes_by_position(f, mine, lambda v, i: lane(
             (recv_reduce if reduce and i > 0 else recv), f.member[f.parent[v]], f.member[v], lag + f.level[v],
             lambda k_, at, v=v: data(k_, v[at])))
-        # child side: the vertices of slot k send (in member order: the lane's members as given)
-        sender = f.by_member[on[f.by_member] & (f.slot[f.by_member] == k)]
+        # child side: the vertices of the slot send (in member order: the lane's members as given)
         if sender.size:
             lanes.append(lane(send, f.member[sender], f.member[f.parent[sender]], lag + f.level[sender],
                               lambda k_, at, v=sender: data(k_, v[at])))
@@ -341,21 +350,16 @@ def descent_lanes(forest: Forest, data, lag: int = 0, multicast: bool = True, sk
     `skip` (a vertex mask) leaves out the vertices that already hold the data."""
     f = forest
     L = f.top()
-    on = (f.parent >= 0) & (np.ones(f.member.size, bool) if skip is None else ~skip)
-    down = np.flatnonzero(on)
     if multicast:
         lags, period = lag + 2 * L - f.level - 1, 1
     else:
         U = f.fanout
         lags, period = lag + L + (L - f.level - 1) * U + f.position, U
     lanes = []
-    parent_slot, own_slot = f.slot[f.parent[down]], f.slot[down]
-    for k in _slots_in_use(parent_slot, own_slot):
-        mine = down[parent_slot == k]
+    for mine, receiver in _by_slot(f, (f.parent >= 0) if skip is None else (f.parent >= 0) & ~skip):
         lanes += _lanes_by_position(f, mine, lambda v, i: lane(
             send, f.member[f.parent[v]], f.member[v], lags[v], lambda k_, at, v=v: data(k_, v[at]), period))
-        receiver = f.by_member[on[f.by_member] & (f.slot[f.by_member] == k)]  # (in member order)
-        if receiver.size:
+        if receiver.size:  # (in member order: the lane's members as given)
             lanes.append(lane(recv, f.member[receiver], f.member[f.parent[receiver]], lags[receiver],
                               lambda k_, at, v=receiver: data(k_, v[at]), period))
     return lanes

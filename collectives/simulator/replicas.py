@@ -267,7 +267,7 @@ def rail_copies(topo, src: np.ndarray, dst: np.ndarray, fields: tuple, receiver_
     if hi - lo == n:  # one range: read where the messages lie, as (n / R, R) views (column j: rail j)
         s, d = src[lo:hi], dst[lo:hi]
         ranks = int(s.max()) < N and int(d.max()) < N
-        if (ranks and not rank_rails) or (not ranks and not (hasattr(topo, "hop_list") and
+        if (ranks and not rank_rails) or (not ranks and not (hasattr(topo, "adjacent_links") and
                                                              bool(((s >= fabric) | (d >= fabric)).all()))):
             return None
         for rails_last in (True, False):
@@ -338,7 +338,7 @@ def _fabric_rails_alike(topo, index: np.ndarray, src: np.ndarray, dst: np.ndarra
                 return False
         if not rank.all() and int(X[~rank].min()) < fabric:
             return False  # a domain's switch at a message between domains
-    # the switches' map: each rail-0 switch to one switch per rail (the row of its first message), all distinct
+    # the switches' map: each rail-0 switch to one switch per rail (one row wherever it appears), all distinct
     sw = np.concatenate([S[S[:, 0] >= fabric], D[D[:, 0] >= fabric]]) - fabric
     size = int(sw.max()) + 1
     some = np.zeros(size, np.int64)
@@ -353,9 +353,7 @@ def _fabric_rails_alike(topo, index: np.ndarray, src: np.ndarray, dst: np.ndarra
         return False
     # the links (hop_list's one hop of a message with a switch at one end) and their attributes, PATH_BLOCK
     # messages at a time (a block's temporaries stay in the processor's caches)
-    links = getattr(topo, "adjacent_links", None)
-    if links is None:
-        return False
+    links = topo.adjacent_links
     s, d = S.ravel(), D.ravel()
     rows = max(1, PATH_BLOCK // R)
     for a in range(0, S.shape[0], rows):

@@ -97,13 +97,17 @@ def _member_order(members: np.ndarray) -> np.ndarray:
 
 def _stable_order(keys: np.ndarray) -> np.ndarray:
     """np.argsort(keys, kind="stable"); non-negative keys below 2**15 sort as int16, below 256 as uint8 (numpy's
-    radix sort: linear time, one pass per byte; the same permutation since both sorts are stable)."""
+    radix sort: linear time, one pass per byte; the same permutation since both sorts are stable), below 2**30
+    as two int16 sorts, the low 15 bits, then the high (least significant digit first: the same permutation)."""
     if keys.size and int(keys.min()) >= 0:
         top = int(keys.max())
         if top < 256:
             return np.argsort(keys.astype(np.uint8), kind="stable")
         if top < np.iinfo(np.int16).max:
             return np.argsort(keys.astype(np.int16), kind="stable")
+        if top < 1 << 30:
+            low = np.argsort((keys & 0x7FFF).astype(np.int16), kind="stable")
+            return low[np.argsort((keys[low] >> 15).astype(np.int16), kind="stable")]
     return np.argsort(keys, kind="stable")
 
 

@@ -30,6 +30,7 @@ flight; SAT (streaming, exclusive tree lock) above it, with a deep pipeline. Whe
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -56,6 +57,7 @@ class Forest:
     position: np.ndarray  # per vertex: its index among its parent's children
     slot: np.ndarray  # per vertex: its index among its member's vertices (tree order)
     depth: np.ndarray  # per tree: switch levels
+    by_member: np.ndarray  # the vertices in member order (a member's in tree order): np.argsort(member, stable)
 
     @property
     def fanout(self) -> int:
@@ -85,19 +87,12 @@ def _index_of(members: np.ndarray, node: np.ndarray) -> np.ndarray:
     return np.searchsorted(members, node)
 
 
-def build_forest(trees: list, nodes=None) -> Forest:
-    """The vertices of `trees` (topology.SharpTree, each balanced: level l's children on level l - 1). `nodes`
-    (increasing node ids holding every tree node) are the members when the forest is part of a larger phase;
-    by default the members are the trees' ranks, then their switches."""
-    ranks = np.sort(np.concatenate([t.ranks for t in trees]))
-    if np.any(ranks[1:] == ranks[:-1]):
-        raise ValueError("a rank can take part in one aggregation tree of a phase only")
-    switches = np.unique(np.concatenate([lv.switches for t in trees for lv in t.levels]))
-    members = np.concatenate([ranks, switches]) if nodes is None else np.asarray(nodes, np.int64)
+def _tree_vertices(trees: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(node, tree, level, parent node) of every vertex, tree by tree (its ranks, then its levels' switches, bottom
+    up), read tree by tree: a node's parent in a tree is the switch listing it, the last listed where a node is
+    listed twice (as a dict built level by level, switch by switch would keep)."""
     node, tree, level, parent_node = [], [], [], []
     for ti, t in enumerate(trees):
-        # each child node's parent switch, the last listed where a node is listed twice (as a dict built level
-        # by level, switch by switch would keep)
         child = [np.asarray(lv.children, np.int64) for lv in t.levels]
         owner = [np.broadcast_to(np.asarray(lv.switches, np.int64)[:, None], c.shape) for lv, c in
                  zip(t.levels, child, strict=True)]
@@ -118,14 +113,128 @@ def build_forest(trees: list, nodes=None) -> Forest:
         found = (at >= 0) & (child[np.maximum(at, 0)] == n) if child.size else np.zeros(n.size, bool)
         parent_node.append(np.where(found, owner[np.maximum(at, 0)] if child.size else -1, -1).astype(np.int64))
     node, tree, level, parent_node = (np.concatenate(x) for x in (node, tree, level, parent_node))
-    member = _index_of(members, node)
-    # a vertex's parent: the vertex of the parent node in the same tree. The vertices by (member, tree) are the
-    # vertices by member (stable): they are listed tree by tree, so a member's come in increasing tree order
-    key = member * len(trees) + tree
-    order = _member_order(member)
-    has = parent_node >= 0
+    return node, tree, level, parent_node
+
+
+class _Disjoint(NamedTuple):
+    """The vertices of trees that share no node, read all at once (_disjoint_tree_vertices)."""
+
+    node: np.ndarray  # per vertex: its node (tree by tree, as _tree_vertices lists them)
+    tree: np.ndarray
+    level: np.ndarray
+    parent: np.ndarray  # per vertex: the parent vertex (-1 at roots)
+    vertex_at: np.ndarray  # per node id: its vertex (-1 for nodes in no tree)
+    position: np.ndarray | None  # per vertex: its column among its switch's children (None: not in vertex order)
+
+
+def _disjoint_tree_vertices(trees: list) -> _Disjoint | None:
+    """_tree_vertices of trees that share no node and list no node twice (one tree per rail: every node in
+    one tree, once a child), all trees at once: each node's vertex and each child's parent by tables over the
+    node ids. A child's position among its switch's children is its column among the switch's listed children
+    where every switch lists them in vertex order (the ranks in rank order, the switches as their level lists
+    them). None where a node is in two trees or listed twice (the tables would have to tell them apart), a
+    switch lists a child of another tree, or the ids are sparse."""
+    node = np.concatenate([x for t in trees for x in [t.ranks] + [lv.switches for lv in t.levels]]).astype(np.int64)
+    if not node.size or int(node.min()) < 0 or int(node.max()) >= 4 * node.size + 1024:
+        return None
+    top = int(node.max()) + 1
+    every = np.arange(node.size, dtype=np.int64)
+    vertex_at = np.full(top, -1, np.int64)
+    vertex_at[node] = every
+    if not np.array_equal(vertex_at[node], every):  # a node in two trees (a spine serving several rails)
+        return None
+    sizes = [t.ranks.size + sum(lv.switches.size for lv in t.levels) for t in trees]
+    tree = np.repeat(np.arange(len(trees), dtype=np.int64), sizes)
+    level = np.concatenate([x for t in trees for x in [np.zeros(t.ranks.size, np.int64)] +
+                            [np.full(lv.switches.size, lv.level, np.int64) for lv in t.levels]])
+    levels = [lv for t in trees for lv in t.levels]
+    none = np.zeros(0, np.int64)
+    if levels:
+        # every switch's list of children (one row of its level's table), rows one after another
+        child = np.concatenate([np.asarray(lv.children, np.int64).ravel() for lv in levels])
+        width = np.repeat([np.shape(lv.children)[1] for lv in levels], [np.size(lv.switches) for lv in levels])
+        owner = np.repeat(np.concatenate([np.asarray(lv.switches, np.int64) for lv in levels]), width)
+        listed = child >= 0
+        # each child's column among its switch's listed children: the listed ones counted along the rows
+        count = np.cumsum(listed)
+        row_start = np.cumsum(width) - width
+        before = np.where(row_start > 0, count[np.maximum(row_start - 1, 0)], 0)
+        column = count - 1 - np.repeat(before, width)
+        child, owner, column = child[listed], owner[listed], column[listed]
+    else:
+        child = owner = column = none
     parent = np.full(node.size, -1, np.int64)
-    parent_member, parent_tree = _index_of(members, parent_node[has]), tree[has]
+    position = np.zeros(node.size, np.int64)
+    if child.size:
+        if int(child.max()) >= top:
+            return None  # a child that is no vertex
+        at, up = vertex_at[child], vertex_at[owner]
+        if not bool((at >= 0).all()) or not np.array_equal(tree[at], tree[up]):
+            return None  # a child that is no vertex of its switch's tree (which that tree would not read)
+        parent[at] = up
+        if not np.array_equal(parent[at], up):
+            return None  # a child listed by two switches
+        # in vertex order along each switch's list (strictly: a child listed twice is not)
+        same = up[1:] == up[:-1]
+        position[at] = column
+        if not bool((at[1:][same] > at[:-1][same]).all()) or not np.array_equal(position[at], column):
+            position = None
+    return _Disjoint(node, tree, level, parent, vertex_at, position)
+
+
+def build_forest(trees: list, nodes=None) -> Forest:
+    """The vertices of `trees` (topology.SharpTree, each balanced: level l's children on level l - 1). `nodes`
+    (increasing node ids holding every tree node) are the members when the forest is part of a larger phase;
+    by default the members are the trees' ranks, then their switches."""
+    disjoint = _disjoint_tree_vertices(trees)
+    if disjoint is None or nodes is None:  # (disjoint trees share no rank: no need to look)
+        ranks = np.sort(np.concatenate([t.ranks for t in trees]))
+        if np.any(ranks[1:] == ranks[:-1]):
+            raise ValueError("a rank can take part in one aggregation tree of a phase only")
+    if nodes is None:
+        switches = np.unique(np.concatenate([lv.switches for t in trees for lv in t.levels]))
+        members = np.concatenate([ranks, switches])
+    else:
+        members = np.asarray(nodes, np.int64)
+    if disjoint is not None:
+        # every member has one vertex (no node in two trees): members are in node order, so the vertices by
+        # member are the vertices by node; every slot is 0
+        node, tree, level, parent, vertex_at, position = disjoint
+        member = _index_of(members, node)
+        has = parent >= 0
+        slot = np.zeros(node.size, np.int64)
+        by_member = vertex_at[vertex_at >= 0]
+    else:
+        node, tree, level, parent_node = _tree_vertices(trees)
+        member = _index_of(members, node)
+        has = parent_node >= 0
+        parent = np.full(node.size, -1, np.int64)
+        parent[has], slot, by_member = _parents_and_slots(members, member, tree, len(trees),
+                                                          _index_of(members, parent_node[has]), tree[has])
+        position = None
+    assert np.all(level[parent[has]] == level[has] + 1), "SHARP trees are balanced"
+    if position is None:  # position among the parent's children (children in vertex order)
+        position = np.zeros(node.size, np.int64)
+        kids = np.flatnonzero(has)
+        if kids.size:
+            by_parent = kids[_stable_order(parent[kids])]  # (radix-sorted: the stable argsort's order)
+            starts = np.r_[0, np.flatnonzero(np.diff(parent[by_parent])) + 1]
+            position[by_parent] = np.arange(by_parent.size) - np.repeat(starts,
+                                                                         np.diff(np.r_[starts, by_parent.size]))
+    return Forest(members, member, tree, level, parent, position, slot, np.array([t.depth for t in trees]),
+                  by_member)
+
+
+def _parents_and_slots(members: np.ndarray, member: np.ndarray, tree: np.ndarray, trees: int,
+                       parent_member: np.ndarray, parent_tree: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The parent vertices (the vertex of each parent member in its child's tree), every vertex's slot (its
+    index among its member's vertices, in tree order) and the vertices in member order, where a member may have
+    a vertex in several trees."""
+    # the vertices by (member, tree) are the vertices by member (stable): they are listed tree by tree, so a
+    # member's come in increasing tree order
+    key = member * trees + tree
+    order = _member_order(member)
     # each member's first vertex (in (member, tree) order) is the parent where it is in the parent's tree (every
     # parent of a one-tree switch): the first key >= want, np.searchsorted's answer; the others are searched
     sorted_member = member[order]
@@ -135,34 +244,64 @@ def build_forest(trees: list, nodes=None) -> Forest:
     at = first_of[parent_member]
     other = np.flatnonzero((sorted_member[at] != parent_member) | (tree[order[at]] != parent_tree))
     if other.size:
-        at[other] = np.searchsorted(key[order], parent_member[other] * len(trees) + parent_tree[other])
-    parent[has] = order[at]
-    assert np.all(level[parent[has]] == level[has] + 1), "SHARP trees are balanced"
-    # position among the parent's children (children in vertex order), slot among the member's vertices
-    position = np.zeros(node.size, np.int64)
-    kids = np.flatnonzero(has)
-    if kids.size:
-        by_parent = kids[np.argsort(parent[kids], kind="stable")]
-        starts = np.r_[0, np.flatnonzero(np.diff(parent[by_parent])) + 1]
-        position[by_parent] = np.arange(by_parent.size) - np.repeat(starts, np.diff(np.r_[starts, by_parent.size]))
-    by_member = order  # the vertices by (member, tree): the parents' order above, each member's run from `runs`
+        at[other] = np.searchsorted(key[order], parent_member[other] * trees + parent_tree[other])
+    parent = order[at]
     first = np.repeat(runs, np.diff(np.r_[runs, sorted_member.size]))
-    slot = np.empty(node.size, np.int64)
-    slot[by_member] = np.arange(node.size) - first
-    return Forest(members, member, tree, level, parent, position, slot, np.array([t.depth for t in trees]))
+    slot = np.empty(member.size, np.int64)
+    slot[order] = np.arange(member.size) - first
+    return parent, slot, order
 
 
-def _lanes_by(forest: Forest, vertices: np.ndarray, key: np.ndarray, make) -> list[Lane]:
-    """One lane per distinct key (in increasing order) over `vertices`, made by make(vertices of the key, key)."""
-    # vertices[key == k] for each k in one stable sort: each key's vertices, in their order, are one run
+def _lanes_by(forest: Forest, vertices: np.ndarray, key: np.ndarray, make, within: np.ndarray | None = None
+              ) -> list[Lane]:
+    """One lane per distinct key (in increasing order) over `vertices`, made by make(vertices of the key, key):
+    each key's vertices in their order, or by `within` (per vertex: the member it gives its lane; stable), so
+    that a lane whose members are those finds them in order (lane() would sort each lane's members alike)."""
+    # vertices[key == k] for each k in one stable sort: each key's vertices, in their order, are one run; by
+    # (key, within) in two (least significant first)
     if not key.size:
         return []
-    order = _stable_order(key)
+    if within is None:
+        order = _stable_order(key)
+    else:
+        by_within = _stable_order(within)
+        order = by_within[_stable_order(key[by_within])]
     ordered, keys = vertices[order], key[order]
     starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
     ends = np.r_[starts[1:], keys.size]
     return [make(ordered[a:b], k) for a, b, k in zip(starts.tolist(), ends.tolist(), keys[starts].tolist(),
                                                           strict=True)]
+
+
+def _lanes_by_position(forest: Forest, children: np.ndarray, make) -> list[Lane]:
+    """_lanes_by(forest, children, position, make, within=member of the parent) for `children` whose parents
+    are distinct members (one slot's): a (parent, position) table of the children, its rows the parents in
+    member order, read column by column, instead of sorting the children (each parent has one child at a
+    position: the column's children are the key's, in their parents' member order). By the sort where the
+    table would be sparse."""
+    f = forest
+    if not children.size:
+        return []
+    parents = f.parent[children]
+    position = f.position[children]
+    fanout = int(position.max()) + 1
+    is_parent = np.zeros(f.member.size, bool)
+    is_parent[parents] = True
+    rows = np.flatnonzero(is_parent)
+    if rows.size * fanout > 4 * children.size + 1024:
+        return _lanes_by(f, children, position, make, within=f.member[parents])
+    rows = rows[_member_order(f.member[rows])]
+    row_of = np.empty(f.member.size, np.int64)
+    row_of[rows] = np.arange(rows.size, dtype=np.int64)
+    table = np.full((fanout, rows.size), -1, np.int64)  # position-major: each position's children contiguous
+    table[position, row_of[parents]] = children
+    lanes = []
+    for i in range(fanout):
+        at = table[i]
+        at = at[at >= 0]
+        if at.size:
+            lanes.append(make(at, i))
+    return lanes
 
 
 def _slots_in_use(parent_slot: np.ndarray, own_slot: np.ndarray) -> list[int]:
@@ -173,22 +312,32 @@ def _slots_in_use(parent_slot: np.ndarray, own_slot: np.ndarray) -> list[int]:
     return np.flatnonzero(np.bincount(parent_slot, minlength=n) + np.bincount(own_slot, minlength=n)).tolist()
 
 
+def _by_slot(forest: Forest, on: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per slot in use by the vertices `on` (a mask of vertices with a parent) or their parents, in increasing
+    slot: (the vertices whose parent has the slot, in vertex order; the vertices of the slot, in member order).
+    Where every slot is 0 (no member in two trees) the masks are the whole sets, not compared slot by slot."""
+    f = forest
+    at = np.flatnonzero(on)
+    in_order = f.by_member[on[f.by_member]]
+    if not f.slot.any():
+        return [(at, in_order)] if at.size else []
+    parent_slot = f.slot[f.parent[at]]
+    own = f.slot[in_order]
+    return [(at[parent_slot == k], in_order[own == k]) for k in _slots_in_use(parent_slot, f.slot[at])]
+
+
 def climb_lanes(forest: Forest, data, lag: int = 0, reduce: bool = True, path=None) -> list[Lane]:
     """Every vertex sends `data(piece, vertex)` to its parent at lag `lag` + its level; the parent stores its
     first child's copy and reduce-receives the others in that round (`reduce=False`: stores each child's range,
     as a gather does). `path` (a vertex mask) keeps only the vertices on it."""
     f = forest
-    up = np.flatnonzero((f.parent >= 0) & (np.ones(f.member.size, bool) if path is None else path))
     lanes = []
-    parent_slot, own_slot = f.slot[f.parent[up]], f.slot[up]
-    for k in _slots_in_use(parent_slot, own_slot):
-        # parent side: one lane per (parent slot, child position)
-        mine = up[parent_slot == k]
-        lanes += _lanes_by(f, mine, f.position[mine], lambda v, i: lane(
+    for mine, sender in _by_slot(f, (f.parent >= 0) if path is None else (f.parent >= 0) & path):
+        # parent side: one lane per (parent slot, child position), the parents in member order
+        lanes += _lanes_by_position(f, mine, lambda v, i: lane(
             (recv_reduce if reduce and i > 0 else recv), f.member[f.parent[v]], f.member[v], lag + f.level[v],
             lambda k_, at, v=v: data(k_, v[at])))
-        # child side: the vertices of slot k send
-        sender = up[own_slot == k]
+        # child side: the vertices of the slot send (in member order: the lane's members as given)
         if sender.size:
             lanes.append(lane(send, f.member[sender], f.member[f.parent[sender]], lag + f.level[sender],
                               lambda k_, at, v=sender: data(k_, v[at])))
@@ -201,20 +350,16 @@ def descent_lanes(forest: Forest, data, lag: int = 0, multicast: bool = True, sk
     `skip` (a vertex mask) leaves out the vertices that already hold the data."""
     f = forest
     L = f.top()
-    down = np.flatnonzero((f.parent >= 0) & (np.ones(f.member.size, bool) if skip is None else ~skip))
     if multicast:
         lags, period = lag + 2 * L - f.level - 1, 1
     else:
         U = f.fanout
         lags, period = lag + L + (L - f.level - 1) * U + f.position, U
     lanes = []
-    parent_slot, own_slot = f.slot[f.parent[down]], f.slot[down]
-    for k in _slots_in_use(parent_slot, own_slot):
-        mine = down[parent_slot == k]
-        lanes += _lanes_by(f, mine, f.position[mine], lambda v, i: lane(
+    for mine, receiver in _by_slot(f, (f.parent >= 0) if skip is None else (f.parent >= 0) & ~skip):
+        lanes += _lanes_by_position(f, mine, lambda v, i: lane(
             send, f.member[f.parent[v]], f.member[v], lags[v], lambda k_, at, v=v: data(k_, v[at]), period))
-        receiver = down[own_slot == k]
-        if receiver.size:
+        if receiver.size:  # (in member order: the lane's members as given)
             lanes.append(lane(recv, f.member[receiver], f.member[f.parent[receiver]], lags[receiver],
                               lambda k_, at, v=receiver: data(k_, v[at]), period))
     return lanes

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..topology import TIERS
-from .flows import Hops, flow_hops, path_cache
+from .flows import PATH_BLOCK, Hops, flow_hops, path_cache
 from .model import CostRules
 
 
@@ -97,7 +97,7 @@ class Replicas:
             if self.rail_dropped.size:
                 # a copy on rail j sends and receives as its rail-0 original, j ranks on: rail 0's messages
                 # between domains (every one has a copy on each other rail) moved to every other rail
-                between = ~self.local & (src % self.rails == 0)
+                between = ~self.local  # every kept message between domains is a rail-0 original
                 rail0 = np.bincount(src[between], minlength=N)[:N] - np.bincount(dst[between], minlength=N)[:N]
                 net[:N].reshape(-1, self.rails)[:, 1:] += rail0.reshape(-1, self.rails)[:, :1]
             self._balanced = not bool(net.any())
@@ -247,24 +247,37 @@ def rail_copies(topo, src: np.ndarray, dst: np.ndarray, fields: tuple, receiver_
     copy of one on rail 0 moved by its rail: the message between two ranks on rail j > 0 has one between the
     rail-0 GPUs of the same domains (ranks src - j, dst - j), with the same `fields` (per message: chunks,
     stage) and `receiver_fields` (per node, read at the receiver: what it reduces), j places before it in the
-    list of messages between domains (rows of R messages, rail 0 to R - 1: NCCL's NVLS trees) or j blocks of
-    n / R before it (rail after rail: a ring over the domains per rail). On a fabric whose rails are copies of
-    one another for such messages (Cluster.rail_link_steps: paths moved link by link, the rails' links
-    disjoint) rail j's links then carry rail 0's loads, so a copy has its original's path latency and seconds
-    per byte, and its original comes first in the message order and the node order. None where any message
-    between domains is not of this form (one between rails, or to a fabric switch: they would share links), or
-    the rails are not copies."""
-    steps = getattr(topo, "rail_link_steps", None)
+    list of messages between domains (rows of R messages, rail 0 to R - 1: NCCL's NVLS trees and SHARP's rail
+    trees) or j blocks of n / R before it (rail after rail: a ring over the domains per rail). On a fabric
+    whose rails are copies of one another for such messages (Cluster.rail_link_steps: paths moved link by
+    link, the rails' links disjoint) rail j's links then carry rail 0's loads, so a copy has its original's
+    path latency and seconds per byte, and its original comes first in the message order and the node order.
+    Messages to or from fabric switches (SHARP's rail trees) are copies on the same terms where every message
+    between domains has a fabric switch at one end (`_fabric_rails_alike`). None where any message between
+    domains is not of either form (one between rails, a mix of the two forms: they could share links), or the
+    rails are not copies."""
     R = int(getattr(topo, "R", 1))
-    if steps is None or R < 2 or not between.size or between.size % R or steps() is None:
+    if R < 2 or not between.size or between.size % R:
         return None
+    steps = getattr(topo, "rail_link_steps", None)
     N, n = int(topo.world_size), between.size
+    rank_rails = steps is not None and steps() is not None
+    fabric = int(getattr(topo, "fabric_base", topo.num_nodes))
     lo, hi = int(between[0]), int(between[-1]) + 1
     if hi - lo == n:  # one range: read where the messages lie, as (n / R, R) views (column j: rail j)
+        s, d = src[lo:hi], dst[lo:hi]
+        ranks = int(s.max()) < N and int(d.max()) < N
+        if (ranks and not rank_rails) or (not ranks and not (hasattr(topo, "adjacent_links") and
+                                                             bool(((s >= fabric) | (d >= fabric)).all()))):
+            return None
         for rails_last in (True, False):
             index = np.arange(lo, hi).reshape(-1, R) if rails_last else np.arange(lo, hi).reshape(R, -1).T
-            if _rails_alike(index, src, dst, fields, receiver_fields, R, N, lo):
+            alike = (_rails_alike(index, src, dst, fields, receiver_fields, R, N, lo) if ranks else
+                     _fabric_rails_alike(topo, index, src, dst, fields, receiver_fields, R, N, fabric, lo))
+            if alike:
                 return np.repeat(index[:, 0], R - 1), index[:, 1:].ravel(), index[:, 0].copy()
+        return None
+    if not rank_rails:
         return None
     s, d = src[between], dst[between]
     if int(s.max()) >= N or int(d.max()) >= N:
@@ -280,24 +293,77 @@ def rail_copies(topo, src: np.ndarray, dst: np.ndarray, fields: tuple, receiver_
     return None
 
 
+def _laid(x: np.ndarray, index: np.ndarray, lo: int | None) -> np.ndarray:
+    """x[index] for an (copies, R) `index`; where it lays out the range of messages from `lo` (rows of R, or R
+    blocks side by side), a view of x."""
+    if lo is None:
+        return x[index]
+    y = x[lo:lo + index.size]
+    return y.reshape(index.shape) if index[0, -1] == lo + index.shape[1] - 1 else y.reshape(index.shape[1], -1).T
+
+
 def _rails_alike(index: np.ndarray, src: np.ndarray, dst: np.ndarray, fields: tuple, receiver_fields: tuple,
                  R: int, N: int, lo: int | None) -> bool:
     """Whether the messages `index` ((copies, R): column j on rail j) are rail-0 messages between ranks (column
     0) and their copies moved by j ranks with the same fields. `lo`: `index` lays out the range of messages
     from lo, read as views of the arrays (None: gathered)."""
-    def laid(x):
-        if lo is None:
-            return x[index]
-        y = x[lo:lo + index.size]
-        return y.reshape(index.shape) if index[0, -1] == lo + R - 1 else y.reshape(R, -1).T
-
-    S, D = laid(src), laid(dst)
+    S, D = _laid(src, index, lo), _laid(dst, index, lo)
     step = np.broadcast_to(np.arange(R), S.shape)
     if int(S.max()) >= N or int(D.max()) >= N or (S[:, 0] % R).any() or (D[:, 0] % R).any():
         return False
     if not (np.array_equal(S - S[:, :1], step) and np.array_equal(D - D[:, :1], step)):
         return False
-    return all(bool((X == X[:, :1]).all()) for X in [laid(x) for x in fields] + [x[D] for x in receiver_fields])
+    return all(bool((X == X[:, :1]).all()) for X in [_laid(x, index, lo) for x in fields] +
+               [x[D] for x in receiver_fields])
+
+
+def _fabric_rails_alike(topo, index: np.ndarray, src: np.ndarray, dst: np.ndarray, fields: tuple,
+                        receiver_fields: tuple, R: int, N: int, fabric: int, lo: int | None) -> bool:
+    """Whether the messages `index` ((copies, R)), each with a fabric switch (node >= `fabric`) at one end and a
+    rank or a fabric switch at the other, are rail-0 messages (column 0) and copies (column j) under a map of
+    the nodes that moves a rank by j (rail 0's ranks to rail j's) and a fabric switch to a fabric switch, one
+    per rail, distinct across rails and after its original in the node order, with the same fields. Such a
+    message crosses the one link between its two adjacent ends (Cluster.hop_list's path; `adjacent_links` finds
+    it, and raises for ends that are not adjacent, as costing the message would), so a copy crosses the image
+    of its original's link: the map of the links is one-to-one and the rails' links are disjoint, as the
+    nodes' are; the links' attributes are compared, as are the fields."""
+    S, D = _laid(src, index, lo), _laid(dst, index, lo)
+    for X in (S, D):
+        rank = X[:, 0] < N
+        if not np.array_equal(X < N, np.broadcast_to(rank[:, None], X.shape)):
+            return False  # a rank's copy is a rank, a switch's a switch
+        if rank.any():
+            r = X[rank]
+            if (r[:, 0] % R).any() or not np.array_equal(r - r[:, :1], np.broadcast_to(np.arange(R), r.shape)):
+                return False
+        if not rank.all() and int(X[~rank].min()) < fabric:
+            return False  # a domain's switch at a message between domains
+    # the switches' map: each rail-0 switch to one switch per rail (one row wherever it appears), all distinct
+    sw = np.concatenate([S[S[:, 0] >= fabric], D[D[:, 0] >= fabric]]) - fabric
+    size = int(sw.max()) + 1
+    some = np.zeros(size, np.int64)
+    some[sw[:, 0]] = np.arange(sw.shape[0])  # a row of each rail-0 switch (any: every row must equal it)
+    if not np.array_equal(sw[some[sw[:, 0]]], sw) or bool((sw[:, 1:] <= sw[:, :1]).any()):
+        return False
+    distinct = np.count_nonzero(np.bincount(sw[:, 0], minlength=size))
+    if np.count_nonzero(np.bincount(sw.ravel(), minlength=size)) != R * distinct:
+        return False  # two switches of rail 0 map to one, or a rail's switch is another rail's
+    if not all(bool((X == X[:, :1]).all()) for X in [_laid(x, index, lo) for x in fields] +
+               [x[D] for x in receiver_fields]):
+        return False
+    # the links (hop_list's one hop of a message with a switch at one end) and their attributes, PATH_BLOCK
+    # messages at a time (a block's temporaries stay in the processor's caches)
+    links = topo.adjacent_links
+    s, d = S.ravel(), D.ravel()
+    rows = max(1, PATH_BLOCK // R)
+    for a in range(0, S.shape[0], rows):
+        hl = links(s[a * R:(a + rows) * R], d[a * R:(a + rows) * R])
+        for x in (topo.link_attributes(hl) if hasattr(topo, "link_attributes") else
+                  (topo.link_bandwidth(hl), topo.link_latency(hl), topo.link_tier(hl))):
+            x = x.reshape(-1, R)
+            if not bool((x == x[:, :1]).all()):
+                return False
+    return True
 
 
 # the least share of a pipeline's messages the copies must be for the shortcut to pay for its checks

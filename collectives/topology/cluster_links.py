@@ -246,6 +246,16 @@ class ClusterLinks:
             return None
         return tuple(int(x) for x in steps[1:])
 
+    def adjacent_links(self, src: object, dst: object) -> np.ndarray:
+        """link_between(src, dst) (the one link joining each adjacent pair; raises for others), a rank and its
+        own NVSwitch or leaf found without link_between's search: the link hop_list gives a message with a
+        switch at one end."""
+        s, d = np.broadcast_arrays(as_index_array(src, "src"), as_index_array(dst, "dst"))
+        s, d = s.ravel(), d.ravel()
+        if s.size and (min(s.min(), d.min()) < 0 or max(s.max(), d.max()) >= self.num_nodes):
+            raise ValueError(f"nodes must be in [0, {self.num_nodes})")
+        return self._adjacent_links(s, d)
+
     def _adjacent_links(self, s: np.ndarray, d: np.ndarray, sd: np.ndarray | None = None,
                         dd: np.ndarray | None = None) -> np.ndarray:
         """link_between(s, d), the pairs of a rank and its own domain switch (NVLS's messages: most of the
@@ -260,23 +270,35 @@ class ClusterLinks:
         rest = np.flatnonzero(~(up | down))
         if rest.size and self.tree is not None:
             # a rank and its leaf switch (a SHARP tree's climb and descent): the rank's cable up or down, as
-            # link_between finds it
-            rs, rd = s[rest], d[rest]
+            # link_between finds it. Where every pair is of this kind (SHARP's messages alone) the index arrays
+            # are all the pairs in order: the arrays themselves, not gathers of them
+            every = rest.size == s.size
+            rs, rd = (s, d) if every else (s[rest], d[rest])
             base = self.fabric_base
             from_rank = (rs < N) & (rd >= base)
-            near = np.flatnonzero(from_rank | ((rd < N) & (rs >= base)))
+            near_mask = from_rank | ((rd < N) & (rs >= base))
+            all_near = bool(near_mask.all())
+            near = rest if every and all_near else np.flatnonzero(near_mask)
             if near.size:
-                climb = from_rank[near]
-                rank = np.where(climb, rs[near], rd[near])
+                climb, rank, other = (from_rank, np.where(from_rank, rs, rd), np.where(from_rank, rd, rs)) \
+                    if all_near else (from_rank[near], np.where(from_rank[near], rs[near], rd[near]),
+                                      np.where(from_rank[near], rd[near], rs[near]))
                 t, h = self._fabric_host(rank)
                 leaf = base + self.node_offset[1] + t * self.tree.n[1] + h // self.tree.M[1]
-                ok = np.flatnonzero(leaf == np.where(climb, rd[near], rs[near]))
-                up_link = self._cable_link(1, t[ok], h[ok], False)
-                out[rest[near[ok]]] = np.where(climb[ok], up_link,
-                                               up_link + self.trees * self.tree.cables[1])  # the down cable
-                keep = np.ones(rest.size, bool)
-                keep[near[ok]] = False
-                rest = rest[keep]
+                hit = leaf == other
+                down_step = self.trees * self.tree.cables[1]  # the down cable's id past the up cable's
+                if all_near and bool(hit.all()):
+                    up_link = self._cable_link(1, t, h, False)
+                    out[rest] = np.where(climb, up_link, up_link + down_step)
+                    rest = rest[:0]
+                else:
+                    ok = np.flatnonzero(hit)
+                    at = near[ok]  # positions in rest
+                    up_link = self._cable_link(1, t[ok], h[ok], False)
+                    out[rest[at]] = np.where(climb[ok], up_link, up_link + down_step)
+                    keep = np.ones(rest.size, bool)
+                    keep[at] = False
+                    rest = rest[keep]
         if rest.size:
             out[rest] = self.link_between(s[rest], d[rest])
         return out

@@ -129,6 +129,77 @@ def test_forest_parents_are_each_trees_parent_map(name, size):
         assert (want >= 0).sum() == on.sum() - 1, "every vertex but the root has a parent"
 
 
+@pytest.mark.parametrize("name,size", [("gb200-nvl72", {"racks": 16, "gpus_per_domain": 4}),
+                                       ("gb300-nvl72", {"racks": 8}), ("dgx-h100", {"nodes": 8})])
+def test_forest_of_disjoint_trees_is_the_general_one(monkeypatch, name, size):
+    """Rail trees that share no switch (a fat-tree per rail, rail-aligned leaves to the top) are read all at once
+    (sharp._disjoint_tree_vertices): the forest the tree-by-tree reading gives, with the members of a phase or
+    its own."""
+    from collectives.algorithms import sharp
+
+    topo = preset(name, **size)
+    trees = [topo.sharp_tree(ranks=g, port=int(topo.rank_rail(int(g[0])))) for g in topo.domain_groups().T]
+    switches = np.unique(np.concatenate([t.switches for t in trees]))
+    disjoint = sharp._disjoint_tree_vertices(trees) is not None
+    assert disjoint == (switches.size == sum(t.switches.size for t in trees))
+    for nodes in (None, np.concatenate([np.arange(topo.world_size), topo.nvswitches(), switches])):
+        fast = build_forest(trees, nodes)
+        with monkeypatch.context() as m:
+            m.setattr(sharp, "_disjoint_tree_vertices", lambda trees: None)
+            general = build_forest(trees, nodes)
+        for field in fast.__dataclass_fields__:
+            a, b = getattr(fast, field), getattr(general, field)
+            assert a.dtype == b.dtype and np.array_equal(a, b), field
+
+
+def test_disjoint_reading_refuses_what_it_cannot_tell_apart(monkeypatch):
+    """Trees read all at once give the forest of the tree-by-tree reading; a child in another tree's list is
+    left to that reading; a child listed twice by its switch, or a switch listing its children out of vertex
+    order, leaves the positions to the sort."""
+    from collectives.algorithms import sharp
+
+    from collectives.topology.sharp_tree import SharpLevel, SharpTree
+
+    def tree(ranks, leaf_kids):
+        return SharpTree(None, np.array(ranks), [SharpLevel(1, np.array([100 + ranks[0]]), np.array([leaf_kids]))])
+
+    cases = {"apart": [tree([0, 1], [0, 1]), tree([2, 3], [2, 3])],
+             "another tree's child": [tree([0, 1], [0, 1]), tree([2, 3], [2, 1])],
+             "twice": [tree([0, 1], [0, 1, 1])], "out of order": [tree([0, 1, 2], [2, 0, 1])],
+             "padded": [tree([0, 1, 2], [0, -1, 1, 2])]}
+    read = {name: sharp._disjoint_tree_vertices(trees) for name, trees in cases.items()}
+    assert read["another tree's child"] is None
+    assert read["apart"].position is not None and read["padded"].position is not None
+    assert read["twice"].position is None and read["out of order"].position is None
+    for name, trees in cases.items():
+        if name == "another tree's child":
+            continue
+        fast = build_forest(trees)
+        with monkeypatch.context() as m:
+            m.setattr(sharp, "_disjoint_tree_vertices", lambda trees: None)
+            general = build_forest(trees)
+        for field in fast.__dataclass_fields__:
+            assert np.array_equal(getattr(fast, field), getattr(general, field)), (name, field)
+
+
+@pytest.mark.parametrize("n,keys", [(0, 1), (1, 1), (50, 3), (2000, 70)])
+def test_lanes_by_key_within_members_are_each_keys_vertices_by_member(n, keys):
+    """sharp._lanes_by with `within`: per key, vertices[key == k] in the stable order of their members, which is
+    the order lane() would put them in."""
+    from collectives.algorithms import sharp
+
+    rng = np.random.default_rng(n * keys + 5)
+    vertices, key = rng.permutation(2 * n)[:n], rng.integers(0, keys, n)
+    within = rng.integers(0, 100_000, n)
+    got = sharp._lanes_by(None, vertices, key, lambda v, k: (k, v.copy()), within=within)
+    want = []
+    for k in np.unique(key).tolist():
+        on = np.flatnonzero(key == k)
+        want.append((k, vertices[on[np.argsort(within[on], kind="stable")]]))
+    assert [k for k, _ in got] == [k for k, _ in want]
+    assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(got, want, strict=True))
+
+
 @pytest.mark.parametrize("case", ["distinct", "repeated", "sparse", "small"])
 def test_member_order_is_a_stable_argsort(case):
     rng = np.random.default_rng(7)
@@ -279,9 +350,10 @@ def test_slots_in_use_are_the_union():
         assert _slots_in_use(a, b) == np.union1d(a, b).tolist()
 
 
-@pytest.mark.parametrize("top", [1, 255, 256, 30_000, 1 << 40])
+@pytest.mark.parametrize("top", [1, 255, 256, 30_000, 40_000, 1 << 20, 1 << 30, 1 << 40])
 def test_stable_order_is_a_stable_argsort(top):
-    """_pipeline._stable_order sorts small keys as one or two bytes: the permutation of a stable argsort."""
+    """_pipeline._stable_order sorts small keys as one or two bytes, keys below 2**30 as two 15-bit digits: the
+    permutation of a stable argsort."""
     keys = np.random.default_rng(top).integers(0, top, 5000)
     keys[:3] = top - 1
     assert np.array_equal(_pipeline._stable_order(keys), np.argsort(keys, kind="stable"))
@@ -314,3 +386,25 @@ def test_index_of_is_searchsorted():
     for m, x in ((members, node), (members, np.r_[node, members[-1] + 1]), (members, np.r_[node, 1 + members[0]]),
                  (np.sort(np.r_[members, members[:9]]), node)):
         assert np.array_equal(_index_of(m, x), np.searchsorted(m, x))
+
+
+@pytest.mark.parametrize("name,size", [("gb200-nvl72", {"racks": 16, "gpus_per_domain": 4}),
+                                       ("gb300-nvl72", {"racks": 8}), ("dgx-h100", {"nodes": 8})])
+def test_lanes_by_position_are_the_sorted_ones(name, size):
+    """sharp._lanes_by_position reads each position's children from a table whose rows are the parents in
+    member order: the children _lanes_by sorts by (position, parent's member); the forest's vertices in member
+    order are the stable argsort of their members."""
+    from collectives.algorithms import sharp
+
+    topo = preset(name, **size)
+    forest = build_forest([topo.sharp_tree(ranks=g, port=int(topo.rank_rail(int(g[0]))))
+                           for g in topo.domain_groups().T])
+    assert np.array_equal(forest.by_member, np.argsort(forest.member, kind="stable"))
+    up = np.flatnonzero(forest.parent >= 0)
+    for k in np.unique(forest.slot[forest.parent[up]]).tolist():
+        mine = up[forest.slot[forest.parent[up]] == k]
+        got = sharp._lanes_by_position(forest, mine, lambda v, i: (i, v))
+        want = sharp._lanes_by(forest, mine, forest.position[mine], lambda v, i: (i, v),
+                               within=forest.member[forest.parent[mine]])
+        assert [i for i, _ in got] == [i for i, _ in want]
+        assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(got, want, strict=True))

@@ -137,7 +137,8 @@ def test_rail_copies_cost_as_every_rail(bulk, monkeypatch, make, nbytes, name, p
 
 @pytest.mark.parametrize("name", ["ring", "hierarchical"])
 def test_messages_between_rails_keep_every_message(bulk, monkeypatch, name):
-    """A ring crosses from one rail to another between domains, SHARP sends to fabric switches: no rail copies."""
+    """A ring crosses from one rail to another between domains; SHARP's rail trees on a small fat-tree meet at
+    spines that serve every rail (one switch in every rail's tree): no rail copies."""
     fast, general, dropped = _with_and_without_rails(monkeypatch, lambda: preset("dgx-h100", nodes=8), name,
                                                      64 << 20)
     assert dropped == 0
@@ -183,3 +184,53 @@ def test_a_rail_that_differs_keeps_every_message():
     cross = dst.copy()
     cross[R + 1] += 1  # a message between rails
     assert replicas.rail_copies(c, src, cross, (units, lag), (), between) is None
+
+
+@pytest.mark.parametrize("make", [lambda: T.cluster(domains=20, gpus_per_domain=4, radix=8),  # 3 levels
+                                  lambda: T.cluster(domains=64, gpus_per_domain=4, radix=8),  # 4 (no rank copies)
+                                  lambda: T.cluster(domains=16, gpus_per_domain=2, radix=4),
+                                  lambda: preset("gb300-nvl72", racks=8)])  # one leaf per rail
+@pytest.mark.parametrize("nbytes", [4096, 64 << 20])
+@pytest.mark.parametrize("name,params", [("hierarchical", {}), ("collnet_direct", {}), ("collnet_chain", {})])
+def test_sharp_rail_trees_cost_as_every_rail(bulk, monkeypatch, make, nbytes, name, params):
+    """Messages between ranks and fabric switches of rail trees that share no switch: rail 0's tree stands for
+    every rail's, with the figures of costing every message (4 levels: rail_link_steps says None, the links of
+    such messages are compared instead)."""
+    fast, general, dropped = _with_and_without_rails(monkeypatch, make, name, nbytes, **params)
+    assert dropped > 0
+    assert fast == general
+    monkeypatch.setattr(replicas, "domain_replicas", lambda *a: None)
+    assert fast == _figures(simulate(name, make(), nbytes, mode="analytic", **params))
+
+
+def test_sharp_messages_that_differ_keep_every_message():
+    """rail_copies of messages with a fabric switch at one end: the rails' climbs to their leaves as rows of R
+    messages; a copy that differs from its original (its chunks, its receiver's reduction, its switch, a switch
+    two rails share, two switches of rail 0 with one image) is no copy."""
+    c = T.cluster(domains=20, gpus_per_domain=4, radix=8)  # 5 leaves per rail
+    trees = [c.sharp_tree(ranks=g, port=j) for j, g in enumerate(c.domain_groups().T)]
+    src = np.stack([t.ranks for t in trees], axis=1).ravel()  # rows of R: rank d·G + j on rail j
+    leaf_of = {int(r): int(sw) for t in trees for sw, kids in zip(t.levels[0].switches, t.levels[0].children,
+                                                                   strict=True) for r in kids if r >= 0}
+    dst = np.array([leaf_of[int(r)] for r in src])
+    units, lag, between = np.ones(src.size), np.zeros(src.size, np.int64), np.arange(src.size)
+    R = c.R
+    originals, copies, rail0 = replicas.rail_copies(c, src, dst, (units, lag), (), between)
+    assert np.array_equal(rail0, between[::R]) and np.array_equal(copies, between[src % R > 0])
+    assert np.array_equal(src[originals], src[copies] - copies % R)
+    # both ways: the descent's messages from the leaves to the ranks
+    assert replicas.rail_copies(c, dst, src, (units, lag), (), between) is not None
+    more = units.copy()
+    more[R + 3] = 2.0
+    assert replicas.rail_copies(c, src, dst, (more, lag), (), between) is None
+    reduced = np.zeros(c.num_nodes)
+    reduced[dst[5]] = 1.0
+    assert replicas.rail_copies(c, src, dst, (units, lag), (reduced,), between) is None
+    shared = dst.copy()
+    shared[1] = dst[0]  # rail 1's rank into rail 0's leaf
+    assert replicas.rail_copies(c, src, shared, (units, lag), (), between) is None
+    rows = dst.reshape(-1, R)
+    last = int(np.flatnonzero(rows[:, 0] != rows[0, 0])[0])  # the first row at another leaf
+    merged = rows.copy()
+    merged[last, 1:] = rows[0, 1:]  # two leaves of rail 0 with the same leaves on the other rails
+    assert replicas.rail_copies(c, src, merged.ravel(), (units, lag), (), between) is None

@@ -141,6 +141,12 @@ def test_adjacent_links_are_link_between(params):
     s = np.concatenate([ranks, nvs, ranks, leaves, ends[0][fabric]])
     d = np.concatenate([nvs, ranks, leaves, ranks, ends[1][fabric]])
     assert np.array_equal(c._adjacent_links(s, d), c.link_between(s, d))
+    assert np.array_equal(c.adjacent_links(s, d), c.link_between(s, d))  # (the public form)
+    # pairs that are all a rank and its leaf, both ways (read as they are, not gathered)
+    s, d = np.concatenate([ranks, leaves[::-1]]), np.concatenate([leaves, ranks[::-1]])
+    assert np.array_equal(c._adjacent_links(s, d), c.link_between(s, d))
+    with pytest.raises(ValueError, match="nodes must be in"):
+        c.adjacent_links([0], [c.num_nodes])
     other = np.flatnonzero(leaves != leaves[0])
     if other.size:  # rank 0 and a leaf that is not its own
         with pytest.raises(ValueError, match="no link joins"):

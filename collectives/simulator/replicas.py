@@ -28,7 +28,7 @@ floats either way (tests/unit/test_replicas.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -53,10 +53,9 @@ class Replicas:
     rep: np.ndarray  # per domain: the first domain of its kind (itself for those costed)
     gpus_per_domain: int  # G: domain d is ranks [d G, (d + 1) G) and switch node N + d, N = nvlink_links / 2
     messages: int  # all of them, kept and dropped
-    # messages between domains on rails 1.. that copy a rail-0 message (`rail_copies`), and their originals;
-    # empty where the rails are not costed once
-    rail_originals: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    rail_dropped: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # the messages between domains as rows of a rail-0 message and its copies on rails 1.. (`rail_copies`);
+    # None where the rails are not costed once
+    rail_rows: RailRows | None = None
     rails: int = 1  # R: rank r is on rail r % R
     _full: np.ndarray | None = None
     _balanced: bool | None = None
@@ -65,10 +64,12 @@ class Replicas:
     def full_index(self) -> np.ndarray:
         """Per message: the kept message it equals (itself, or its original)."""
         if self._full is None:
-            full = np.zeros(self.messages, np.int64)
+            # (32-bit indices where the kept messages allow: half the memory to write and to read per expand)
+            full = np.zeros(self.messages, np.int32 if self.kept.size < 2 ** 31 else np.int64)
             full[self.kept] = np.arange(self.kept.size)
             full[self.dropped] = full[self.originals]
-            full[self.rail_dropped] = full[self.rail_originals]
+            if self.rail_rows is not None:
+                self.rail_rows.copy_originals(full)
             self._full = full
         return self._full
 
@@ -94,7 +95,7 @@ class Replicas:
                 moved = inside[self.rep[copy]]
                 net[:N].reshape(D, G)[copy] += moved[:, :G]
                 net[N + copy] += moved[:, G]
-            if self.rail_dropped.size:
+            if self.rail_rows is not None:
                 # a copy on rail j sends and receives as its rail-0 original, j ranks on: rail 0's messages
                 # between domains (every one has a copy on each other rail) moved to every other rail
                 between = ~self.local & (src % self.rails == 0)
@@ -240,20 +241,76 @@ def _domain_runs(dom: np.ndarray, D: int) -> list[tuple[int, int]] | None:
     return runs
 
 
+@dataclass(frozen=True)
+class RailRows:
+    """Messages between domains as rows of R (column j: rail j), a rail-0 message and its copies on rails 1..:
+    `index` ((rows, R) message indices), or, where the messages are the range [lo, hi) (`index` None), the
+    range read in place: R consecutive messages a row (`rails_last`), or rail after rail, (hi - lo) / R each."""
+
+    R: int
+    index: np.ndarray | None = None
+    lo: int = 0
+    hi: int = 0
+    rails_last: bool = True
+
+    def laid(self, x: np.ndarray) -> np.ndarray:
+        """x per message as (rows, R): a view of x[lo:hi] for a range, else gathered."""
+        if self.index is not None:
+            return x[self.index]
+        y = x[self.lo:self.hi]
+        return y.reshape(-1, self.R) if self.rails_last else y.reshape(self.R, -1).T
+
+    @property
+    def rows(self) -> int:
+        return int(self.index.shape[0]) if self.index is not None else (self.hi - self.lo) // self.R
+
+    @property
+    def rail0(self) -> np.ndarray:
+        """The rail-0 messages (increasing)."""
+        if self.index is not None:
+            return self.index[:, 0].copy()
+        return np.arange(self.lo, self.hi, self.R) if self.rails_last else np.arange(self.lo, self.lo + self.rows)
+
+    def copy_originals(self, x: np.ndarray) -> None:
+        """x at every copy set to x at its original (in place: for a range, through views, not gathers)."""
+        self.set_copies(x, None)
+
+    def set_copies(self, x: np.ndarray, value) -> None:
+        """x at every copy set to `value` (None: to x at the copy's original), in place."""
+        if self.index is not None:
+            x[self.index[:, 1:]] = x[self.index[:, :1]] if value is None else value
+            return
+        rows = x[self.lo:self.hi].reshape(-1, self.R) if self.rails_last else x[self.lo:self.hi].reshape(self.R, -1).T
+        rows[:, 1:] = rows[:, :1] if value is None else value
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(originals, copies, rail 0's) as rail_copies gives them."""
+        index = self.index if self.index is not None else self.laid(np.arange(self.hi, dtype=np.int64))
+        return np.repeat(index[:, 0], self.R - 1), index[:, 1:].ravel(), index[:, 0].copy()
+
+
 def rail_copies(topo, src: np.ndarray, dst: np.ndarray, fields: tuple, receiver_fields: tuple, between: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(originals, copies, rail 0's): of the messages between domains `between` (indices, increasing), those on
     rails 1.., the rail-0 message each copies, and those on rail 0, where every message between domains is a
-    copy of one on rail 0 moved by its rail: the message between two ranks on rail j > 0 has one between the
-    rail-0 GPUs of the same domains (ranks src - j, dst - j), with the same `fields` (per message: chunks,
-    stage) and `receiver_fields` (per node, read at the receiver: what it reduces), j places before it in the
-    list of messages between domains (rows of R messages, rail 0 to R - 1: NCCL's NVLS trees) or j blocks of
-    n / R before it (rail after rail: a ring over the domains per rail). On a fabric whose rails are copies of
-    one another for such messages (Cluster.rail_link_steps: paths moved link by link, the rails' links
-    disjoint) rail j's links then carry rail 0's loads, so a copy has its original's path latency and seconds
-    per byte, and its original comes first in the message order and the node order. None where any message
-    between domains is not of this form (one between rails, or to a fabric switch: they would share links), or
-    the rails are not copies."""
+    copy of one on rail 0 moved by its rail (rail_rows); else None."""
+    rows = rail_rows(topo, src, dst, fields, receiver_fields, between)
+    return None if rows is None else rows.arrays()
+
+
+def rail_rows(topo, src: np.ndarray, dst: np.ndarray, fields: tuple, receiver_fields: tuple, between: np.ndarray
+              ) -> RailRows | None:
+    """The messages between domains `between` (indices, increasing) as rows of a rail-0 message and its copies
+    on rails 1.., where every message between domains is a copy of one on rail 0 moved by its rail: the
+    message between two ranks on rail j > 0 has one between the rail-0 GPUs of the same domains (ranks
+    src - j, dst - j), with the same `fields` (per message: chunks, stage) and `receiver_fields` (per node,
+    read at the receiver: what it reduces), j places before it in the list of messages between domains (rows
+    of R messages, rail 0 to R - 1: NCCL's NVLS trees) or j blocks of n / R before it (rail after rail: a ring
+    over the domains per rail). On a fabric whose rails are copies of one another for such messages
+    (Cluster.rail_link_steps: paths moved link by link, the rails' links disjoint) rail j's links then carry
+    rail 0's loads, so a copy has its original's path latency and seconds per byte, and its original comes
+    first in the message order and the node order. None where any message between domains is not of this
+    form (one between rails, or to a fabric switch: they would share links), or the rails are not copies."""
     steps = getattr(topo, "rail_link_steps", None)
     R = int(getattr(topo, "R", 1))
     if steps is None or R < 2 or not between.size or between.size % R or steps() is None:
@@ -262,9 +319,9 @@ def rail_copies(topo, src: np.ndarray, dst: np.ndarray, fields: tuple, receiver_
     lo, hi = int(between[0]), int(between[-1]) + 1
     if hi - lo == n:  # one range: read where the messages lie, as (n / R, R) views (column j: rail j)
         for rails_last in (True, False):
-            index = np.arange(lo, hi).reshape(-1, R) if rails_last else np.arange(lo, hi).reshape(R, -1).T
-            if _rails_alike(index, src, dst, fields, receiver_fields, R, N, lo):
-                return np.repeat(index[:, 0], R - 1), index[:, 1:].ravel(), index[:, 0].copy()
+            rows = RailRows(R, None, lo, hi, rails_last)
+            if _rails_alike(rows, src, dst, fields, receiver_fields, N):
+                return rows
         return None
     s, d = src[between], dst[between]
     if int(s.max()) >= N or int(d.max()) >= N:
@@ -274,30 +331,35 @@ def rail_copies(topo, src: np.ndarray, dst: np.ndarray, fields: tuple, receiver_
         return None
     for index in (np.arange(n).reshape(-1, R), np.arange(n).reshape(R, -1).T):
         if np.array_equal(rail[index], np.broadcast_to(np.arange(R), index.shape)):
-            at = between[index]
-            if _rails_alike(at, src, dst, fields, receiver_fields, R, N, None):
-                return np.repeat(at[:, 0], R - 1), at[:, 1:].ravel(), at[:, 0].copy()
+            rows = RailRows(R, between[index])
+            if _rails_alike(rows, src, dst, fields, receiver_fields, N):
+                return rows
     return None
 
 
-def _rails_alike(index: np.ndarray, src: np.ndarray, dst: np.ndarray, fields: tuple, receiver_fields: tuple,
-                 R: int, N: int, lo: int | None) -> bool:
-    """Whether the messages `index` ((copies, R): column j on rail j) are rail-0 messages between ranks (column
-    0) and their copies moved by j ranks with the same fields. `lo`: `index` lays out the range of messages
-    from lo, read as views of the arrays (None: gathered)."""
-    def laid(x):
-        if lo is None:
-            return x[index]
-        y = x[lo:lo + index.size]
-        return y.reshape(index.shape) if index[0, -1] == lo + R - 1 else y.reshape(R, -1).T
+RAIL_BLOCK = 1 << 16  # messages _rails_alike compares at a time
 
-    S, D = laid(src), laid(dst)
-    step = np.broadcast_to(np.arange(R), S.shape)
-    if int(S.max()) >= N or int(D.max()) >= N or (S[:, 0] % R).any() or (D[:, 0] % R).any():
-        return False
-    if not (np.array_equal(S - S[:, :1], step) and np.array_equal(D - D[:, :1], step)):
-        return False
-    return all(bool((X == X[:, :1]).all()) for X in [laid(x) for x in fields] + [x[D] for x in receiver_fields])
+
+def _rails_alike(rows: RailRows, src: np.ndarray, dst: np.ndarray, fields: tuple, receiver_fields: tuple,
+                 N: int) -> bool:
+    """Whether the messages of `rows` are rail-0 messages between ranks (column 0) and their copies moved by j
+    ranks (column j) with the same fields; compared about RAIL_BLOCK messages at a time (the temporary arrays
+    stay in the processor's caches)."""
+    R = rows.R
+    S_all, D_all = rows.laid(src), rows.laid(dst)
+    X_all = [rows.laid(x) for x in fields]
+    step = max(1, RAIL_BLOCK // R)
+    for a in range(0, rows.rows, step):
+        S, D = S_all[a:a + step], D_all[a:a + step]
+        if int(S.max()) >= N or int(D.max()) >= N or (S[:, 0] % R).any() or (D[:, 0] % R).any():
+            return False
+        moved = np.broadcast_to(np.arange(R), S.shape)
+        if not (np.array_equal(S - S[:, :1], moved) and np.array_equal(D - D[:, :1], moved)):
+            return False
+        if not all(bool((X == X[:, :1]).all()) for X in [X[a:a + step] for X in X_all] +
+                   [x[D] for x in receiver_fields]):
+            return False
+    return True
 
 
 # the least share of a pipeline's messages the copies must be for the shortcut to pay for its checks
@@ -322,20 +384,59 @@ def _rails_alone(topo, flows: tuple, lag: np.ndarray, inside: np.ndarray, reduce
     N, G, D = int(topo.world_size), int(topo.G), int(topo.D)
     keep = np.ones(src.size, bool)
     keep[inside] = False
-    rails = rail_copies(topo, src, dst, (units, lag), () if reduced is None else (reduced,), np.flatnonzero(keep))
-    if rails is None or rails[1].size < MIN_DROPPED * src.size:
+    rails = rail_rows(topo, src, dst, (units, lag), () if reduced is None else (reduced,), np.flatnonzero(keep))
+    if rails is None or rails.rows * (rails.R - 1) < MIN_DROPPED * src.size:
         return None
-    originals, dropped, rail0 = rails
     keep[:] = True
-    keep[dropped] = False
+    rails.set_copies(keep, False)
     kept = np.flatnonzero(keep)
     copies = np.ones(kept.size)
-    copies[np.searchsorted(kept, rail0)] = float(topo.R)  # itself and one copy per other rail
+    copies[np.searchsorted(kept, rails.rail0)] = float(topo.R)  # itself and one copy per other rail
     local = np.zeros(kept.size, bool)
     local[np.searchsorted(kept, inside)] = True
     none = np.zeros((0, 0), np.int64)  # no domain copies another: each its own kind
     return Replicas(kept, none, none, copies, local, 2 * N, src[kept], dst[kept], D, np.arange(D), G, src.size,
-                    originals, dropped, int(topo.R))
+                    rails, int(topo.R))
+
+
+INSIDE_BLOCK = 1 << 16  # messages _inside reads at a time
+
+
+def _inside(src: np.ndarray, dst: np.ndarray, units: np.ndarray, lag: np.ndarray, reduced: np.ndarray | None,
+            tables: tuple, G: int, top: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], np.ndarray]:
+    """(pos, dom, fields, inside) of the in-domain messages: their indices (increasing) and domains, the fields
+    that tell one domain's messages from another's, and per message whether it stays inside a domain. Per
+    in-domain message, in message order: its ends within the domain and its stage in one integer (as 64-bit
+    words), then its chunks and its receiver's reduction, each only where it is not one value for all of them
+    (such a field tells no domain from another). Read INSIDE_BLOCK messages at a time into arrays of their
+    final size, so that the temporary arrays stay in the processor's caches and the process takes no more
+    fresh memory than the results need."""
+    domain, receiver, place = tables
+    M = src.size
+    inside = np.empty(M, bool)
+    for lo in range(0, M, INSIDE_BLOCK):
+        np.equal(domain[src[lo:lo + INSIDE_BLOCK]], receiver[dst[lo:lo + INSIDE_BLOCK]], out=inside[lo:lo + INSIDE_BLOCK])
+    pos = np.flatnonzero(inside)
+    dom = np.empty(pos.size, domain.dtype)
+    code = np.empty(pos.size, np.int64)
+    chunks = np.empty(pos.size, units.dtype)
+    into = None if reduced is None else np.empty(pos.size, reduced.dtype)
+    for lo in range(0, pos.size, INSIDE_BLOCK):
+        at = pos[lo:lo + INSIDE_BLOCK]
+        hi = lo + at.size
+        s, to = src[at], dst[at]
+        dom[lo:hi] = domain[s]
+        c = code[lo:hi]
+        c[:] = place[s]
+        c *= G + 1
+        c += place[to]
+        c *= top
+        c += lag[at]
+        chunks[lo:hi] = units[at]
+        if into is not None:
+            into[lo:hi] = reduced[to]
+    fields = [code] + [x for x in (chunks, into) if x is not None and x.size and not float(x.min()) == float(x.max())]
+    return pos, dom, fields, inside
 
 
 def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: bool) -> Replicas | None:
@@ -352,30 +453,15 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
     domain, receiver, place, alike = _tables(topo)
     if not alike:
         return None
-    ds = domain[src]
-    pos = np.flatnonzero(ds == receiver[dst])
-    if not pos.size or pos.size < MIN_DROPPED * src.size:  # mostly between domains: only the rails may repeat
-        return _rails_alone(topo, flows, lag, pos, _reduced(rn, ru, N + D))
-    if pos.size % D:
-        return None
-    dom = ds[pos]
-    del ds
     top = int(lag.max()) + 1 if lag.size else 1
-    if (G + 1) ** 2 * top >= 2 ** 62 or (lag.size and int(lag.min()) < 0):
-        return None
+    # the stage fits the in-domain messages' code (and no stage is negative): else no domain is compared
+    coded = (G + 1) ** 2 * top < 2 ** 62 and not (lag.size and int(lag.min()) < 0)
     reduced = _reduced(rn, ru, N + D)
-    # per in-domain message, read in message order: its ends within the domain and its stage in one integer (as
-    # 64-bit words), its chunks and its receiver's reduction; a field with one value for all of them tells no
-    # domain from another, and is left out
-    to = dst[pos]
-    code = place[src[pos]].astype(np.int64)
-    code *= G + 1
-    code += place[to]
-    code *= top
-    code += lag[pos]
-    fields = [code, units[pos]] + ([] if reduced is None else [reduced[to]])
-    del to, code
-    fields = fields[:1] + [x for x in fields[1:] if not float(x.min()) == float(x.max())]
+    pos, dom, fields, inside = _inside(src, dst, units, lag, reduced, (domain, receiver, place), G, top)
+    if not pos.size or pos.size < MIN_DROPPED * src.size:  # mostly between domains: only the rails may repeat
+        return _rails_alone(topo, flows, lag, pos, reduced)
+    if pos.size % D or not coded:
+        return None
     # laid out domain by domain, each domain's messages in their order: row d of P is domain d's. Lanes list
     # their members in order, so the messages are runs over every domain in order (_domain_runs): the runs'
     # (D, c_r) blocks side by side; otherwise a stable sort of the domains (the same rows)
@@ -425,23 +511,22 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
     keep = np.ones(src.size, bool)
     keep[dropped.ravel()] = False
     kept = np.flatnonzero(keep)
-    kept_src, kept_dst = src[kept], dst[kept]
-    local = domain[kept_src] == receiver[kept_dst]
+    local = inside[kept]
     # the messages between domains (all kept): on a fabric whose rails are copies, rail 0's stand for all rails'
-    rails = rail_copies(topo, src, dst, (units, lag), () if reduced is None else (reduced,), kept[~local])
-    no_rails = np.zeros(0, np.int64)
-    rail_originals, rail_dropped, rail0 = (no_rails,) * 3 if rails is None else rails
-    if rail_dropped.size:
+    rails = rail_rows(topo, src, dst, (units, lag), () if reduced is None else (reduced,), kept[~local])
+    rail0 = np.zeros(0, np.int64) if rails is None else rails.rail0
+    if rails is not None:
         still = local.copy()
         still[np.searchsorted(kept, rail0)] = True
-        kept, kept_src, kept_dst, local = kept[still], kept_src[still], kept_dst[still], local[still]
+        kept, local = kept[still], local[still]
+    kept_src, kept_dst = src[kept], dst[kept]
     copies = np.ones(kept.size)
     kinds = np.flatnonzero(rep == np.arange(D))
     copies[np.searchsorted(kept, P[kinds])] = np.bincount(rep, minlength=D)[kinds][:, None]
     if rail0.size:
         copies[np.searchsorted(kept, rail0)] = float(topo.R)  # itself and one copy per other rail
     return Replicas(kept, originals, dropped, copies, local, 2 * N, kept_src, kept_dst, kinds.size, rep, G,
-                    src.size, rail_originals, rail_dropped, int(topo.R) if rails is not None else 1)
+                    src.size, rails, int(topo.R) if rails is not None else 1)
 
 
 WHOLE_BLOCK = 1 << 16  # elements whole_numbers reads at a time
@@ -478,4 +563,4 @@ def replicated_hops(rules: CostRules, flows: tuple, lag: np.ndarray | None = Non
     return flow_hops(rules, flows, cache, share=share), lag
 
 
-__all__ = ["Replicas", "domain_replicas", "replicated_hops", "whole_numbers"]
+__all__ = ["RailRows", "Replicas", "domain_replicas", "rail_copies", "rail_rows", "replicated_hops", "whole_numbers"]

@@ -235,11 +235,14 @@ def _positions(tree: Tree, members):
 
 
 class _TreePeers:
-    """Per link of a tree (its parent, or its j-th child): the nodes that have that peer (increasing) and the
-    peers, each found once and shared by the lanes up and down the tree that use that link."""
+    """Per link of a tree (its parent, or its j-th child), on members numbered node by node with R replicas
+    (_numbered_replicas): the nodes that have that peer (increasing) and the peers, and the lane's members and
+    peer members (node x's in replica r: x R + r, and its peer's), each found once and shared by the lanes up
+    and down the tree that use that link."""
 
-    def __init__(self, tree: Tree) -> None:
+    def __init__(self, tree: Tree, R: int) -> None:
         self.tree = tree
+        self.R = R
         self._kept: dict = {}
 
     def of(self, link) -> tuple[np.ndarray, np.ndarray]:
@@ -250,6 +253,17 @@ class _TreePeers:
             self._kept[link] = (nodes, peer[nodes])
         return self._kept[link]
 
+    def members(self, link) -> tuple[np.ndarray, np.ndarray]:
+        """(members, peer members) of the lane over `link`: each node's R replicas in turn."""
+        key = ("members", link)
+        if key not in self._kept:
+            nodes, peers = self.of(link)
+            if self.R > 1:
+                step = np.arange(self.R, dtype=np.int64)
+                nodes, peers = (nodes[:, None] * self.R + step).ravel(), (peers[:, None] * self.R + step).ravel()
+            self._kept[key] = (nodes, peers)
+        return self._kept[key]
+
 
 def _plus(x: np.ndarray, c: int) -> np.ndarray:
     """x + c, written into x (a fresh array of the caller's)."""
@@ -257,38 +271,35 @@ def _plus(x: np.ndarray, c: int) -> np.ndarray:
     return x
 
 
-def _numbered_lane(kind, R: int, nodes: np.ndarray, peers: np.ndarray, lags: np.ndarray, data) -> Lane:
-    """The lane _peer_lane makes of tree nodes `nodes` (increasing) with peers `peers` and lags `lags` (per node),
-    where members[r, node] = node R + r (_numbered_replicas): the positions with a peer are those of the nodes
-    kept, each node's R replicas in turn, so the lane is written down from the nodes (node x's member and
-    peer in replica r: x R + r and peers R + r; its lag in every replica), its members increasing and every
+def _numbered_lane(kind, kept: _TreePeers, link, lags: np.ndarray, data) -> Lane:
+    """The lane _peer_lane makes over `link` of a tree whose members are numbered node by node (`kept`:
+    _numbered_replicas), with lags `lags` per node with that peer: the positions with a peer are those of the
+    nodes kept, each node's R replicas in turn, so the lane is written down from the nodes (node x's member
+    and peer in replica r: x R + r and peer R + r; its lag in every replica), its members increasing and every
     one with a peer (as lane() keeps such a lane), and position pos is replica pos mod R."""
-    if R > 1:
-        step = np.arange(R, dtype=np.int64)
-        nodes = (nodes[:, None] * R + step).ravel()
-        peers = (peers[:, None] * R + step).ravel()
-        lags = np.repeat(lags, R)
-    return Lane(kind, nodes, peers, lags, lambda k, pos: data(k, pos % R))
+    R = kept.R
+    members, peers = kept.members(link)
+    return Lane(kind, members, peers, np.repeat(lags, R) if R > 1 else lags, lambda k, pos: data(k, pos % R))
 
 
-def _up_lanes(tree: Tree, R: int, kept: _TreePeers, data, lag: int) -> list[Lane]:
+def _up_lanes(tree: Tree, kept: _TreePeers, data, lag: int) -> list[Lane]:
     """tree_up_lanes on members numbered node by node (_numbered_replicas)."""
     lanes = []
     for j in range(tree.children.shape[1]):  # each child's copy in the round it sends it
-        nodes, child = kept.of(j)
-        lanes.append(_numbered_lane(recv_reduce, R, nodes, child, _plus(tree.height[child], lag), data))
-    nodes, parent = kept.of("parent")
-    lanes.append(_numbered_lane(send, R, nodes, parent, _plus(tree.height[nodes], lag), data))
+        child = kept.of(j)[1]
+        lanes.append(_numbered_lane(recv_reduce, kept, j, _plus(tree.height[child], lag), data))
+    nodes = kept.of("parent")[0]
+    lanes.append(_numbered_lane(send, kept, "parent", _plus(tree.height[nodes], lag), data))
     return lanes
 
 
-def _down_lanes(tree: Tree, R: int, kept: _TreePeers, data, start: int) -> list[Lane]:
+def _down_lanes(tree: Tree, kept: _TreePeers, data, start: int) -> list[Lane]:
     """tree_down_lanes on members numbered node by node (_numbered_replicas)."""
-    nodes, parent = kept.of("parent")
-    lanes = [_numbered_lane(recv, R, nodes, parent, _plus(tree.depth[nodes], start - 1), data)]
+    nodes = kept.of("parent")[0]
+    lanes = [_numbered_lane(recv, kept, "parent", _plus(tree.depth[nodes], start - 1), data)]
     for j in range(tree.children.shape[1]):
-        nodes, child = kept.of(j)
-        lanes.append(_numbered_lane(send, R, nodes, child, _plus(tree.depth[nodes], start), data))
+        nodes = kept.of(j)[0]
+        lanes.append(_numbered_lane(send, kept, j, _plus(tree.depth[nodes], start), data))
     return lanes
 
 
@@ -299,7 +310,7 @@ def tree_up_lanes(tree: Tree, members, data, lag: int = 0) -> list[Lane]:
     piece k reduced after round k + lag + H - 1."""
     R = _numbered_replicas(members)
     if R is not None:
-        return _up_lanes(tree, R, _TreePeers(tree), data, lag)
+        return _up_lanes(tree, _TreePeers(tree, R), data, lag)
     members, rep, me, of = _positions(tree, members)
     height, children = of(tree.height), of(tree.children)
     lanes = []
@@ -316,7 +327,7 @@ def tree_down_lanes(tree: Tree, members, data, start: int) -> list[Lane]:
     piece k from its parent in round k + start + d - 1 and sends it to its children in the next."""
     R = _numbered_replicas(members)
     if R is not None:
-        return _down_lanes(tree, R, _TreePeers(tree), data, start)
+        return _down_lanes(tree, _TreePeers(tree, R), data, start)
     members, rep, me, of = _positions(tree, members)
     depth, children = of(tree.depth), of(tree.children)
     lanes = [_peer_lane(recv, members, rep, me, of(tree.parent), lambda at: start + depth[at] - 1, data)]
@@ -332,8 +343,8 @@ def tree_lanes(tree: Tree, members, data, lag: int = 0, height: int | None = Non
     H = int(tree.height.max(initial=0)) if height is None else int(height)
     R = _numbered_replicas(members)
     if R is not None:
-        kept = _TreePeers(tree)
-        return _up_lanes(tree, R, kept, data, lag) + _down_lanes(tree, R, kept, data, lag + H)
+        kept = _TreePeers(tree, R)
+        return _up_lanes(tree, kept, data, lag) + _down_lanes(tree, kept, data, lag + H)
     return tree_up_lanes(tree, members, data, lag) + tree_down_lanes(tree, members, data, lag + H)
 
 

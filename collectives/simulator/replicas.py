@@ -298,9 +298,9 @@ def rail_copies(topo, src: np.ndarray, dst: np.ndarray, fields: tuple, receiver_
     return None if rows is None else rows.arrays()
 
 
-def rail_rows(topo, src: np.ndarray, dst: np.ndarray, fields: tuple, receiver_fields: tuple, between: np.ndarray
-              ) -> RailRows | None:
-    """The messages between domains `between` (indices, increasing) as rows of a rail-0 message and its copies
+def rail_rows(topo, src: np.ndarray, dst: np.ndarray, fields: tuple, receiver_fields: tuple,
+              between: np.ndarray | range) -> RailRows | None:
+    """The messages between domains `between` (indices, increasing, or a range) as rows of a rail-0 message and its copies
     on rails 1.., where every message between domains is a copy of one on rail 0 moved by its rail: the
     message between two ranks on rail j > 0 has one between the rail-0 GPUs of the same domains (ranks
     src - j, dst - j), with the same `fields` (per message: chunks, stage) and `receiver_fields` (per node,
@@ -313,9 +313,10 @@ def rail_rows(topo, src: np.ndarray, dst: np.ndarray, fields: tuple, receiver_fi
     form (one between rails, or to a fabric switch: they would share links), or the rails are not copies."""
     steps = getattr(topo, "rail_link_steps", None)
     R = int(getattr(topo, "R", 1))
-    if steps is None or R < 2 or not between.size or between.size % R or steps() is None:
+    n = len(between)
+    if steps is None or R < 2 or not n or n % R or steps() is None:
         return None
-    N, n = int(topo.world_size), between.size
+    N = int(topo.world_size)
     lo, hi = int(between[0]), int(between[-1]) + 1
     if hi - lo == n:  # one range: read where the messages lie, as (n / R, R) views (column j: rail j)
         for rails_last in (True, False):
@@ -439,6 +440,17 @@ def _inside(src: np.ndarray, dst: np.ndarray, units: np.ndarray, lag: np.ndarray
     return pos, dom, fields, inside
 
 
+def _between(inside: np.ndarray, n: int) -> np.ndarray | range:
+    """The messages not `inside` (n of them), increasing: a range where they lie in one (read by its ends, not
+    listed), else their indices."""
+    if n and int(inside.size) > 0:
+        lo = int(np.argmin(inside))  # the first message between domains
+        hi = inside.size - int(np.argmin(inside[::-1]))
+        if hi - lo == n and not inside[lo]:
+            return range(lo, hi)
+    return np.flatnonzero(~inside)
+
+
 def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: bool) -> Replicas | None:
     """The Replicas of messages `flows` (src, dst, chunks, reducing nodes, their chunks) at stages `lag`
     (`integral`: the chunk counts are whole numbers), or None where the copies would be too few of the messages
@@ -508,17 +520,16 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
     originals = np.broadcast_to(P[int(first[0])], dropped.shape) if one_kind else P[first]
     if not bool((dropped > originals).all()):  # an original comes before its copies
         return None
+    # the messages between domains (all kept): on a fabric whose rails are copies, rail 0's stand for all rails'
+    rails = rail_rows(topo, src, dst, (units, lag), () if reduced is None else (reduced,),
+                      _between(inside, src.size - pos.size))
+    rail0 = np.zeros(0, np.int64) if rails is None else rails.rail0
     keep = np.ones(src.size, bool)
     keep[dropped.ravel()] = False
+    if rails is not None:
+        rails.set_copies(keep, False)
     kept = np.flatnonzero(keep)
     local = inside[kept]
-    # the messages between domains (all kept): on a fabric whose rails are copies, rail 0's stand for all rails'
-    rails = rail_rows(topo, src, dst, (units, lag), () if reduced is None else (reduced,), kept[~local])
-    rail0 = np.zeros(0, np.int64) if rails is None else rails.rail0
-    if rails is not None:
-        still = local.copy()
-        still[np.searchsorted(kept, rail0)] = True
-        kept, local = kept[still], local[still]
     kept_src, kept_dst = src[kept], dst[kept]
     copies = np.ones(kept.size)
     kinds = np.flatnonzero(rep == np.arange(D))

@@ -12,8 +12,9 @@ domain of each kind only (`Replicas.kept`), and what reads every message gets th
 
 * the chunk-hops per tier count each kept in-domain message once per domain of its kind (`copies`; chunk
   counts are whole numbers, so the sums are exact, as stages.window_sums also relies on);
-* the cycle rate's means (recurrence.cycle_rows) read the full arrays (`expand`); its balance test counts
-  each node's messages on the kept ones, a copied domain's in-domain counts moved to its copies
+* the cycle rate's means (recurrence.cycle_rows) are over every message (`Replicas.mean`: the full array's
+  values summed a block at a time in numpy's order, the same float as `expand(x).mean()`); its balance test
+  counts each node's messages on the kept ones, a copied domain's in-domain counts moved to its copies
   (`Replicas.balanced`);
 * everything else takes maxima, or the first message attaining one, which the kept messages give unchanged:
   every copy has the values of its original, which comes first in the message order and in the node order
@@ -108,11 +109,43 @@ class Replicas:
         """A per-kept-message array as the array over every message (each copy with its original's value)."""
         return x[self.full_index]
 
+    def mean(self, x: np.ndarray) -> float:
+        """float(self.expand(x).mean()), the same float, summed MEAN_LEAF messages at a time as numpy sums the
+        whole (pairwise_sum) instead of laying out every message's value."""
+        full = self.full_index
+        if x.dtype != np.float64 or not _PAIRWISE:
+            return float(self.expand(x).mean())
+        return _pairwise_sum(lambda lo, hi: x[full[lo:hi]], 0, full.size) / full.size
+
     def separate(self, fidx: np.ndarray, hl: np.ndarray) -> bool:
         """Whether the kept messages' hops keep the domains apart: in-domain messages on NVLink links only,
         messages between domains on none (a PXN hop would share a domain's links with them)."""
         return bool(np.array_equal(self.local[fidx], hl < self.nvlink_links))
 
+
+MEAN_LEAF = 1 << 16  # messages Replicas.mean sums at a time (at least 128: numpy halves no block of 128 or fewer)
+
+
+def _pairwise_sum(values, lo: int, n: int) -> float:
+    """np.add.reduce of the n float64 values from lo, `values(a, b)` giving [a, b) as a contiguous array: numpy
+    sums such an array pairwise, its two halves (the first a multiple of 8 long, n // 2 rounded down to one)
+    apart down to blocks of 128, so halving the same way down to MEAN_LEAF values and letting numpy sum those
+    adds the same numbers in the same order (checked at import: _PAIRWISE)."""
+    if n <= MEAN_LEAF:
+        return float(np.add.reduce(values(lo, lo + n)))
+    half = n // 2
+    half -= half % 8
+    return _pairwise_sum(values, lo, half) + _pairwise_sum(values, lo + half, n - half)
+
+
+def _pairwise_is_numpys() -> bool:
+    """Whether _pairwise_sum gives numpy's sum, bit for bit, on an array of random values several MEAN_LEAF
+    long (another order of additions would differ in the last bits; Replicas.mean then lays the values out)."""
+    x = np.random.default_rng(0x5EED).random(3 * MEAN_LEAF + 1001) * np.logspace(0, 12, 3 * MEAN_LEAF + 1001)
+    return float(np.add.reduce(x)) == _pairwise_sum(lambda a, b: x[a:b], 0, x.size)
+
+
+_PAIRWISE = _pairwise_is_numpys()
 
 _TABLES: dict[int, tuple] = {}  # per topology: node tables and whether every domain's NVLink links are alike
 
@@ -403,6 +436,11 @@ def _rails_alone(topo, flows: tuple, lag: np.ndarray, inside: np.ndarray, reduce
 INSIDE_BLOCK = 1 << 16  # messages _inside reads at a time
 
 
+def _one_value(x: np.ndarray) -> bool:
+    """Whether x's least and largest values are equal (as _inside's fields are left out: a NaN never is)."""
+    return bool(x.size) and float(x.min()) == float(x.max())
+
+
 def _inside(src: np.ndarray, dst: np.ndarray, units: np.ndarray, lag: np.ndarray, reduced: np.ndarray | None,
             tables: tuple, G: int, top: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], np.ndarray]:
     """(pos, dom, fields, inside) of the in-domain messages: their indices (increasing) and domains, the fields
@@ -420,8 +458,9 @@ def _inside(src: np.ndarray, dst: np.ndarray, units: np.ndarray, lag: np.ndarray
     pos = np.flatnonzero(inside)
     dom = np.empty(pos.size, domain.dtype)
     code = np.empty(pos.size, np.int64)
-    chunks = np.empty(pos.size, units.dtype)
-    into = None if reduced is None else np.empty(pos.size, reduced.dtype)
+    # a field with one value over every message (or node) has one over the in-domain ones: not laid out
+    chunks = None if _one_value(units) else np.empty(pos.size, units.dtype)
+    into = None if reduced is None or _one_value(reduced) else np.empty(pos.size, reduced.dtype)
     for lo in range(0, pos.size, INSIDE_BLOCK):
         at = pos[lo:lo + INSIDE_BLOCK]
         hi = lo + at.size
@@ -433,7 +472,8 @@ def _inside(src: np.ndarray, dst: np.ndarray, units: np.ndarray, lag: np.ndarray
         c += place[to]
         c *= top
         c += lag[at]
-        chunks[lo:hi] = units[at]
+        if chunks is not None:
+            chunks[lo:hi] = units[at]
         if into is not None:
             into[lo:hi] = reduced[to]
     fields = [code] + [x for x in (chunks, into) if x is not None and x.size and not float(x.min()) == float(x.max())]

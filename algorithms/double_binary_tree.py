@@ -279,7 +279,9 @@ def _numbered_lane(kind, kept: _TreePeers, link, lags: np.ndarray, data) -> Lane
     one with a peer (as lane() keeps such a lane), and position pos is replica pos mod R."""
     R = kept.R
     members, peers = kept.members(link)
-    return Lane(kind, members, peers, np.repeat(lags, R) if R > 1 else lags, lambda k, pos: data(k, pos % R))
+    # (pos mod R as pos - (pos // R) R: numpy divides by a constant faster than it takes the remainder)
+    return Lane(kind, members, peers, np.repeat(lags, R) if R > 1 else lags,
+                lambda k, pos: data(k, pos - (pos // R) * R))
 
 
 def _up_lanes(tree: Tree, kept: _TreePeers, data, lag: int) -> list[Lane]:

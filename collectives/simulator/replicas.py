@@ -433,39 +433,48 @@ def _rails_alone(topo, flows: tuple, lag: np.ndarray, inside: np.ndarray, reduce
                     rails, int(topo.R))
 
 
-INSIDE_BLOCK = 1 << 16  # messages _inside reads at a time
+INSIDE_BLOCK = 1 << 16  # messages _inside and _fields read at a time
 
 
 def _one_value(x: np.ndarray) -> bool:
-    """Whether x's least and largest values are equal (as _inside's fields are left out: a NaN never is)."""
+    """Whether x's least and largest values are equal (as _fields leaves a field out: a NaN never is)."""
     return bool(x.size) and float(x.min()) == float(x.max())
 
 
-def _inside(src: np.ndarray, dst: np.ndarray, units: np.ndarray, lag: np.ndarray, reduced: np.ndarray | None,
-            tables: tuple, G: int, top: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], np.ndarray]:
-    """(pos, dom, fields, inside) of the in-domain messages: their indices (increasing) and domains, the fields
-    that tell one domain's messages from another's, and per message whether it stays inside a domain. Per
-    in-domain message, in message order: its ends within the domain and its stage in one integer (as 64-bit
-    words), then its chunks and its receiver's reduction, each only where it is not one value for all of them
-    (such a field tells no domain from another). Read INSIDE_BLOCK messages at a time into arrays of their
-    final size, so that the temporary arrays stay in the processor's caches and the process takes no more
-    fresh memory than the results need."""
-    domain, receiver, place = tables
-    M = src.size
-    inside = np.empty(M, bool)
-    for lo in range(0, M, INSIDE_BLOCK):
-        np.equal(domain[src[lo:lo + INSIDE_BLOCK]], receiver[dst[lo:lo + INSIDE_BLOCK]], out=inside[lo:lo + INSIDE_BLOCK])
-    pos = np.flatnonzero(inside)
-    dom = np.empty(pos.size, domain.dtype)
-    code = np.empty(pos.size, np.int64)
-    # a field with one value over every message (or node) has one over the in-domain ones: not laid out
-    chunks = None if _one_value(units) else np.empty(pos.size, units.dtype)
-    into = None if reduced is None or _one_value(reduced) else np.empty(pos.size, reduced.dtype)
-    for lo in range(0, pos.size, INSIDE_BLOCK):
-        at = pos[lo:lo + INSIDE_BLOCK]
+def _inside(src: np.ndarray, dst: np.ndarray, domain: np.ndarray, receiver: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(inside, pos, dom): per message whether it stays inside a domain, the indices of those that do
+    (increasing) and their domains; read INSIDE_BLOCK messages at a time, so that the temporary arrays stay in
+    the processor's caches."""
+    inside = np.empty(src.size, bool)
+    doms = []
+    for lo in range(0, src.size, INSIDE_BLOCK):
+        ds = domain[src[lo:lo + INSIDE_BLOCK]]
+        here = inside[lo:lo + INSIDE_BLOCK]
+        np.equal(ds, receiver[dst[lo:lo + INSIDE_BLOCK]], out=here)
+        doms.append(ds[here])
+    return inside, np.flatnonzero(inside), np.concatenate(doms) if doms else np.zeros(0, domain.dtype)
+
+
+def _fields(messages: np.ndarray, src: np.ndarray, dst: np.ndarray, units: np.ndarray, lag: np.ndarray,
+            reduced: np.ndarray | None, place: np.ndarray, G: int, top: int) -> list[np.ndarray]:
+    """The fields that tell one domain's in-domain messages from another's, per message of `messages` (indices,
+    in the order given): its ends within the domain and its stage in one integer (as 64-bit words), then its
+    chunks and its receiver's reduction, each only where it is not one value for all of them (such a field
+    tells no domain from another). Read INSIDE_BLOCK messages at a time into arrays of their final size (a
+    block of consecutive messages in place), so that the temporary arrays stay in the processor's caches and
+    the process takes no more fresh memory than the fields need."""
+    n = messages.size
+    code = np.empty(n, np.int64)
+    # a field with one value over every message (or node) has one over these: not laid out
+    chunks = None if _one_value(units) else np.empty(n, units.dtype)
+    into = None if reduced is None or _one_value(reduced) else np.empty(n, reduced.dtype)
+    for lo in range(0, n, INSIDE_BLOCK):
+        at = messages[lo:lo + INSIDE_BLOCK]
         hi = lo + at.size
+        if int(at[-1]) - int(at[0]) == at.size - 1:  # consecutive messages (an NVLS stage's lanes): in place
+            at = slice(int(at[0]), int(at[-1]) + 1)
         s, to = src[at], dst[at]
-        dom[lo:hi] = domain[s]
         c = code[lo:hi]
         c[:] = place[s]
         c *= G + 1
@@ -476,8 +485,7 @@ def _inside(src: np.ndarray, dst: np.ndarray, units: np.ndarray, lag: np.ndarray
             chunks[lo:hi] = units[at]
         if into is not None:
             into[lo:hi] = reduced[to]
-    fields = [code] + [x for x in (chunks, into) if x is not None and x.size and not float(x.min()) == float(x.max())]
-    return pos, dom, fields, inside
+    return [code] + [x for x in (chunks, into) if x is not None and x.size and not float(x.min()) == float(x.max())]
 
 
 def _between(inside: np.ndarray, n: int) -> np.ndarray | range:
@@ -509,7 +517,7 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
     # the stage fits the in-domain messages' code (and no stage is negative): else no domain is compared
     coded = (G + 1) ** 2 * top < 2 ** 62 and not (lag.size and int(lag.min()) < 0)
     reduced = _reduced(rn, ru, N + D)
-    pos, dom, fields, inside = _inside(src, dst, units, lag, reduced, (domain, receiver, place), G, top)
+    inside, pos, dom = _inside(src, dst, domain, receiver)
     if not pos.size or pos.size < MIN_DROPPED * src.size:  # mostly between domains: only the rails may repeat
         return _rails_alone(topo, flows, lag, pos, reduced)
     if pos.size % D or not coded:
@@ -521,11 +529,10 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
     if runs is None:
         if not np.array_equal(np.bincount(dom, minlength=D), np.full(D, pos.size // D)):
             return None
-        order = np.argsort(dom, kind="stable")
-        P = pos[order].reshape(D, -1)
-        rows = [x[order].reshape(D, -1) for x in fields]
+        P = pos[np.argsort(dom, kind="stable")].reshape(D, -1)
+        # the fields read domain by domain (rows of P), not in message order and then sorted
+        rows = [x.reshape(D, -1) for x in _fields(P.ravel(), src, dst, units, lag, reduced, place, G, top)]
         rep = None
-        del order
     else:
         # consecutive runs of one width w (m of them) are one (m, D, w) block, read domain by domain
         spans, i = [], 0
@@ -542,9 +549,10 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
             return blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=1)
 
         P = laid(pos)
+        fields = _fields(pos, src, dst, units, lag, reduced, place, G, top)
         rep = _block_kinds(fields, spans, D)
         rows = [laid(x) for x in fields] if rep is None else None
-    del fields
+        del fields
     if rep is None:
         rep = _kinds(rows)
     del rows

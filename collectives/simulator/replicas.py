@@ -618,8 +618,8 @@ def replicated_hops(rules: CostRules, flows: tuple, lag: np.ndarray | None = Non
             if hops.hl.size:  # chunk-hops per tier: each kept in-domain message once per domain of its kind
                 hops.tier = np.bincount(hops.hop_tier, weights=(hops.units * rep.copies)[hops.fidx],
                                         minlength=len(TIERS))[:len(TIERS)]
-            return hops, lag[k]
-    return flow_hops(rules, flows, cache, share=share), lag
+            return hops, lag[k].astype(np.int64)
+    return flow_hops(rules, flows, cache, share=share), lag.astype(np.int64, copy=False)
 
 
 __all__ = ["RailRows", "Replicas", "domain_replicas", "rail_copies", "rail_rows", "replicated_hops", "whole_numbers"]

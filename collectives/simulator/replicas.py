@@ -55,7 +55,7 @@ class Replicas:
     rep: np.ndarray  # per domain: the first domain of its kind (itself for those costed)
     gpus_per_domain: int  # G: domain d is ranks [d G, (d + 1) G) and switch node N + d, N = nvlink_links / 2
     messages: int  # all of them, kept and dropped
-    # the messages between domains as rows of a rail-0 message and its copies on rails 1.. (`rail_copies`);
+    # the messages between domains as rows of a rail-0 message and its copies on rails 1.. (rails.rail_rows);
     # None where the rails are not costed once
     rail_rows: RailRows | None = None
     rails: int = 1  # R: rank r is on rail r % R
@@ -291,7 +291,7 @@ def _reduced(rn: np.ndarray, ru: np.ndarray, nodes: int) -> np.ndarray | None:
 def _rails_alone(topo, flows: tuple, lag: np.ndarray, inside: np.ndarray, reduced: np.ndarray | None
                  ) -> Replicas | None:
     """The Replicas of messages with too few inside domains for domains to be costed once (`inside`: their
-    indices) where rail 0's messages between domains stand for every rail's (rail_copies): every message inside
+    indices) where rail 0's messages between domains stand for every rail's (rails.rail_rows): every message inside
     a domain kept, or None where the rails are not copies or the copies are too few (MIN_DROPPED)."""
     src, dst, units = flows[:3]
     N, G, D = int(topo.world_size), int(topo.G), int(topo.D)

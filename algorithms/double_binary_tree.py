@@ -197,6 +197,20 @@ def _replicas(tree: Tree, members) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
         members.ravel()
 
 
+def _numbered_replicas(members) -> int | None:
+    """R where members[r, node] = node R + r for every replica r < R and node (the members number the positions
+    node by node, from 0: NCCL's trees over all ranks, R = 1, and a tree over domains on each GPU of a domain,
+    R = G, without a placement), else None. Strictly increasing integers from 0 to R n - 1 are that range, so
+    the first and last positions and one pass over the order tell it."""
+    members = np.atleast_2d(np.asarray(members, np.int64))
+    by_node = members.T.ravel()
+    if not by_node.size or int(by_node[0]) != 0 or int(by_node[-1]) != by_node.size - 1:
+        return None
+    if by_node.size > 1 and not bool((by_node[1:] > by_node[:-1]).all()):
+        return None
+    return int(members.shape[0])
+
+
 def _peer_lane(kind, members: np.ndarray, rep: np.ndarray, me: np.ndarray, peer: np.ndarray, lags, data) -> Lane:
     """lane(kind, me, the member playing tree node peer[i] in replica rep[i], lags, data's chunks) over the
     positions with a peer (peer >= 0) only, taken out before the members are mapped: the lane lane() makes
@@ -220,11 +234,85 @@ def _positions(tree: Tree, members):
     return members, rep, me, of
 
 
+class _TreePeers:
+    """Per link of a tree (its parent, or its j-th child), on members numbered node by node with R replicas
+    (_numbered_replicas): the nodes that have that peer (increasing) and the peers, and the lane's members and
+    peer members (node x's in replica r: x R + r, and its peer's), each found once and shared by the lanes up
+    and down the tree that use that link."""
+
+    def __init__(self, tree: Tree, R: int) -> None:
+        self.tree = tree
+        self.R = R
+        self._kept: dict = {}
+
+    def of(self, link) -> tuple[np.ndarray, np.ndarray]:
+        """("parent" or a child column j): (nodes with that peer, their peers)."""
+        if link not in self._kept:
+            peer = self.tree.parent if link == "parent" else self.tree.children[:, link]
+            nodes = np.flatnonzero(peer >= 0)
+            self._kept[link] = (nodes, peer[nodes])
+        return self._kept[link]
+
+    def members(self, link) -> tuple[np.ndarray, np.ndarray]:
+        """(members, peer members) of the lane over `link`: each node's R replicas in turn."""
+        key = ("members", link)
+        if key not in self._kept:
+            nodes, peers = self.of(link)
+            if self.R > 1:
+                step = np.arange(self.R, dtype=np.int64)
+                nodes, peers = (nodes[:, None] * self.R + step).ravel(), (peers[:, None] * self.R + step).ravel()
+            self._kept[key] = (nodes, peers)
+        return self._kept[key]
+
+
+def _plus(x: np.ndarray, c: int) -> np.ndarray:
+    """x + c, written into x (a fresh array of the caller's)."""
+    x += c
+    return x
+
+
+def _numbered_lane(kind, kept: _TreePeers, link, lags: np.ndarray, data) -> Lane:
+    """The lane _peer_lane makes over `link` of a tree whose members are numbered node by node (`kept`:
+    _numbered_replicas), with lags `lags` per node with that peer: the positions with a peer are those of the
+    nodes kept, each node's R replicas in turn, so the lane is written down from the nodes (node x's member
+    and peer in replica r: x R + r and peer R + r; its lag in every replica), its members increasing and every
+    one with a peer (as lane() keeps such a lane), and position pos is replica pos mod R."""
+    R = kept.R
+    members, peers = kept.members(link)
+    # (pos mod R as pos - (pos // R) R: numpy divides by a constant faster than it takes the remainder)
+    return Lane(kind, members, peers, np.repeat(lags, R) if R > 1 else lags,
+                lambda k, pos: data(k, pos - (pos // R) * R))
+
+
+def _up_lanes(tree: Tree, kept: _TreePeers, data, lag: int) -> list[Lane]:
+    """tree_up_lanes on members numbered node by node (_numbered_replicas)."""
+    lanes = []
+    for j in range(tree.children.shape[1]):  # each child's copy in the round it sends it
+        child = kept.of(j)[1]
+        lanes.append(_numbered_lane(recv_reduce, kept, j, _plus(tree.height[child], lag), data))
+    nodes = kept.of("parent")[0]
+    lanes.append(_numbered_lane(send, kept, "parent", _plus(tree.height[nodes], lag), data))
+    return lanes
+
+
+def _down_lanes(tree: Tree, kept: _TreePeers, data, start: int) -> list[Lane]:
+    """tree_down_lanes on members numbered node by node (_numbered_replicas)."""
+    nodes = kept.of("parent")[0]
+    lanes = [_numbered_lane(recv, kept, "parent", _plus(tree.depth[nodes], start - 1), data)]
+    for j in range(tree.children.shape[1]):
+        nodes = kept.of(j)[0]
+        lanes.append(_numbered_lane(send, kept, j, _plus(tree.depth[nodes], start), data))
+    return lanes
+
+
 def tree_up_lanes(tree: Tree, members, data, lag: int = 0) -> list[Lane]:
     """The reduction up `tree`, replicated: `members[r, node]` plays tree node `node` in replica r, `data(k, r)`
     is the chunk range replica r moves for piece k. A node of height h sends piece k to its parent in round
     k + lag + h; the parent reduce-receives it in that round (its children are all lower), so the root holds
     piece k reduced after round k + lag + H - 1."""
+    R = _numbered_replicas(members)
+    if R is not None:
+        return _up_lanes(tree, _TreePeers(tree, R), data, lag)
     members, rep, me, of = _positions(tree, members)
     height, children = of(tree.height), of(tree.children)
     lanes = []
@@ -239,6 +327,9 @@ def tree_up_lanes(tree: Tree, members, data, lag: int = 0) -> list[Lane]:
 def tree_down_lanes(tree: Tree, members, data, start: int) -> list[Lane]:
     """The broadcast down `tree` from its root, replicated as in tree_up_lanes: a node of depth d receives
     piece k from its parent in round k + start + d - 1 and sends it to its children in the next."""
+    R = _numbered_replicas(members)
+    if R is not None:
+        return _down_lanes(tree, _TreePeers(tree, R), data, start)
     members, rep, me, of = _positions(tree, members)
     depth, children = of(tree.depth), of(tree.children)
     lanes = [_peer_lane(recv, members, rep, me, of(tree.parent), lambda at: start + depth[at] - 1, data)]
@@ -250,8 +341,12 @@ def tree_down_lanes(tree: Tree, members, data, start: int) -> list[Lane]:
 def tree_lanes(tree: Tree, members, data, lag: int = 0, height: int | None = None) -> list[Lane]:
     """One tree's allreduce as pipelined lanes: up (tree_up_lanes) then down from the root once it holds the
     piece (tree_down_lanes at lag + H; H: `height`, default the tree's own, so trees sharing rounds can share
-    one H)."""
+    one H). On members numbered node by node the lanes up and down a link share its nodes and peers."""
     H = int(tree.height.max(initial=0)) if height is None else int(height)
+    R = _numbered_replicas(members)
+    if R is not None:
+        kept = _TreePeers(tree, R)
+        return _up_lanes(tree, kept, data, lag) + _down_lanes(tree, kept, data, lag + H)
     return tree_up_lanes(tree, members, data, lag) + tree_down_lanes(tree, members, data, lag + H)
 
 

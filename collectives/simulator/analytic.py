@@ -298,8 +298,8 @@ def _stage_hops(rules: CostRules, phase, info: dict):
     off = np.flatnonzero(node != np.arange(node.size)) if node.dtype == np.int64 else np.zeros(1, np.int64)
     same = int(off[0]) if off.size else node.size
 
-    def of(m):
-        return m if not m.size or int(m.max()) < same else node[m]
+    def of(m):  # (every member is below node.size: where all stand for themselves, none is looked up)
+        return m if not m.size or same == node.size or int(m.max()) < same else node[m]
 
     srcs, dsts, units, lags, rn, ru = [], [], [], [], [], []
     for kind, m, peer, lag, n in info["stages"]():
@@ -310,8 +310,11 @@ def _stage_hops(rules: CostRules, phase, info: dict):
     cat = lambda xs, dt: np.concatenate(xs, dtype=dt, casting="unsafe") if xs else np.zeros(0, dt)  # noqa: E731
     flows = (cat(srcs, np.int64), cat(dsts, np.int64), cat(units, np.float64), cat(rn, np.int64),
              cat(ru, np.float64))
-    # the paths do not depend on the piece count (only the chunk counts do): the topology's cache shares them
-    staged = replicated_hops(rules, flows, cat(lags, np.int64))
+    # the paths do not depend on the piece count (only the chunk counts do): the topology's cache shares them.
+    # A message's stage is its lane's lag, 0 .. stage_count - 1: 32-bit integers while every message's is
+    # listed (replicated_hops returns the costed messages' as 64-bit ones)
+    stage = cat(lags, np.int32 if int(info["stage_count"]) <= 2 ** 31 else np.int64)
+    staged = replicated_hops(rules, flows, stage)
     if len(_STAGES) >= 16:
         _STAGES.pop(next(iter(_STAGES)))
     _STAGES[key] = (rules.topology, staged, info["lanes"])

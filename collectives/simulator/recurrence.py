@@ -192,12 +192,12 @@ def cycle_rows(src: np.ndarray, dst: np.ndarray, lat: np.ndarray, per_byte: np.n
                                                   np.bincount(dst, minlength=num_nodes))
             else:
                 memo["balanced"] = full.balanced
-            memo["mean_lat"] = float((lat if full is None else full.expand(lat)).mean()) if memo["balanced"] \
+            memo["mean_lat"] = (float(lat.mean()) if full is None else full.mean(lat)) if memo["balanced"] \
                 else None
         if hit.size:
             rows.append(_extremes(memo["pair_lat"], (per_byte[hit] + per_byte[g]) / 2))
         if memo["balanced"]:
-            mean = float((per_byte if full is None else full.expand(per_byte)).mean())
+            mean = float(per_byte.mean()) if full is None else full.mean(per_byte)
             rows.append(np.array([[memo["mean_lat"], mean]]))
     allrows = np.concatenate(rows)
     uniq, _ = frontier(allrows[:, 0], allrows[:, 1])

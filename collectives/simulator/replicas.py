@@ -12,8 +12,9 @@ domain of each kind only (`Replicas.kept`), and what reads every message gets th
 
 * the chunk-hops per tier count each kept in-domain message once per domain of its kind (`copies`; chunk
   counts are whole numbers, so the sums are exact, as stages.window_sums also relies on);
-* the cycle rate's means (recurrence.cycle_rows) read the full arrays (`expand`); its balance test counts
-  each node's messages on the kept ones, a copied domain's in-domain counts moved to its copies
+* the cycle rate's means (recurrence.cycle_rows) are over every message (`Replicas.mean`: the full array's
+  values summed a block at a time in numpy's order, the same float as `expand(x).mean()`); its balance test
+  counts each node's messages on the kept ones, a copied domain's in-domain counts moved to its copies
   (`Replicas.balanced`);
 * everything else takes maxima, or the first message attaining one, which the kept messages give unchanged:
   every copy has the values of its original, which comes first in the message order and in the node order
@@ -28,13 +29,14 @@ floats either way (tests/unit/test_replicas.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..topology import TIERS
-from .flows import PATH_BLOCK, Hops, flow_hops, path_cache
+from .flows import Hops, flow_hops, path_cache
 from .model import CostRules
+from .rails import RailRows, rail_copies, rail_rows
 
 
 @dataclass
@@ -53,10 +55,9 @@ class Replicas:
     rep: np.ndarray  # per domain: the first domain of its kind (itself for those costed)
     gpus_per_domain: int  # G: domain d is ranks [d G, (d + 1) G) and switch node N + d, N = nvlink_links / 2
     messages: int  # all of them, kept and dropped
-    # messages between domains on rails 1.. that copy a rail-0 message (`rail_copies`), and their originals;
-    # empty where the rails are not costed once
-    rail_originals: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    rail_dropped: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # the messages between domains as rows of a rail-0 message and its copies on rails 1.. (rails.rail_rows);
+    # None where the rails are not costed once
+    rail_rows: RailRows | None = None
     rails: int = 1  # R: rank r is on rail r % R
     _full: np.ndarray | None = None
     _balanced: bool | None = None
@@ -65,10 +66,12 @@ class Replicas:
     def full_index(self) -> np.ndarray:
         """Per message: the kept message it equals (itself, or its original)."""
         if self._full is None:
-            full = np.zeros(self.messages, np.int64)
+            # (32-bit indices where the kept messages allow: half the memory to write and to read per expand)
+            full = np.zeros(self.messages, np.int32 if self.kept.size < 2 ** 31 else np.int64)
             full[self.kept] = np.arange(self.kept.size)
             full[self.dropped] = full[self.originals]
-            full[self.rail_dropped] = full[self.rail_originals]
+            if self.rail_rows is not None:
+                self.rail_rows.copy_originals(full)
             self._full = full
         return self._full
 
@@ -94,7 +97,7 @@ class Replicas:
                 moved = inside[self.rep[copy]]
                 net[:N].reshape(D, G)[copy] += moved[:, :G]
                 net[N + copy] += moved[:, G]
-            if self.rail_dropped.size:
+            if self.rail_rows is not None:
                 # a copy on rail j sends and receives as its rail-0 original, j ranks on: rail 0's messages
                 # between domains (every one has a copy on each other rail) moved to every other rail
                 between = ~self.local  # every kept message between domains is a rail-0 original
@@ -107,11 +110,43 @@ class Replicas:
         """A per-kept-message array as the array over every message (each copy with its original's value)."""
         return x[self.full_index]
 
+    def mean(self, x: np.ndarray) -> float:
+        """float(self.expand(x).mean()), the same float, summed MEAN_LEAF messages at a time as numpy sums the
+        whole (pairwise_sum) instead of laying out every message's value."""
+        full = self.full_index
+        if x.dtype != np.float64 or not _PAIRWISE:
+            return float(self.expand(x).mean())
+        return _pairwise_sum(lambda lo, hi: x[full[lo:hi]], 0, full.size) / full.size
+
     def separate(self, fidx: np.ndarray, hl: np.ndarray) -> bool:
         """Whether the kept messages' hops keep the domains apart: in-domain messages on NVLink links only,
         messages between domains on none (a PXN hop would share a domain's links with them)."""
         return bool(np.array_equal(self.local[fidx], hl < self.nvlink_links))
 
+
+MEAN_LEAF = 1 << 16  # messages Replicas.mean sums at a time (at least 128: numpy halves no block of 128 or fewer)
+
+
+def _pairwise_sum(values, lo: int, n: int) -> float:
+    """np.add.reduce of the n float64 values from lo, `values(a, b)` giving [a, b) as a contiguous array: numpy
+    sums such an array pairwise, its two halves (the first a multiple of 8 long, n // 2 rounded down to one)
+    apart down to blocks of 128, so halving the same way down to MEAN_LEAF values and letting numpy sum those
+    adds the same numbers in the same order (checked at import: _PAIRWISE)."""
+    if n <= MEAN_LEAF:
+        return float(np.add.reduce(values(lo, lo + n)))
+    half = n // 2
+    half -= half % 8
+    return _pairwise_sum(values, lo, half) + _pairwise_sum(values, lo + half, n - half)
+
+
+def _pairwise_is_numpys() -> bool:
+    """Whether _pairwise_sum gives numpy's sum, bit for bit, on an array of random values several MEAN_LEAF
+    long (another order of additions would differ in the last bits; Replicas.mean then lays the values out)."""
+    x = np.random.default_rng(0x5EED).random(3 * MEAN_LEAF + 1001) * np.logspace(0, 12, 3 * MEAN_LEAF + 1001)
+    return float(np.add.reduce(x)) == _pairwise_sum(lambda a, b: x[a:b], 0, x.size)
+
+
+_PAIRWISE = _pairwise_is_numpys()
 
 _TABLES: dict[int, tuple] = {}  # per topology: node tables and whether every domain's NVLink links are alike
 
@@ -240,132 +275,6 @@ def _domain_runs(dom: np.ndarray, D: int) -> list[tuple[int, int]] | None:
     return runs
 
 
-def rail_copies(topo, src: np.ndarray, dst: np.ndarray, fields: tuple, receiver_fields: tuple, between: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(originals, copies, rail 0's): of the messages between domains `between` (indices, increasing), those on
-    rails 1.., the rail-0 message each copies, and those on rail 0, where every message between domains is a
-    copy of one on rail 0 moved by its rail: the message between two ranks on rail j > 0 has one between the
-    rail-0 GPUs of the same domains (ranks src - j, dst - j), with the same `fields` (per message: chunks,
-    stage) and `receiver_fields` (per node, read at the receiver: what it reduces), j places before it in the
-    list of messages between domains (rows of R messages, rail 0 to R - 1: NCCL's NVLS trees and SHARP's rail
-    trees) or j blocks of n / R before it (rail after rail: a ring over the domains per rail). On a fabric
-    whose rails are copies of one another for such messages (Cluster.rail_link_steps: paths moved link by
-    link, the rails' links disjoint) rail j's links then carry rail 0's loads, so a copy has its original's
-    path latency and seconds per byte, and its original comes first in the message order and the node order.
-    Messages to or from fabric switches (SHARP's rail trees) are copies on the same terms where every message
-    between domains has a fabric switch at one end (`_fabric_rails_alike`). None where any message between
-    domains is not of either form (one between rails, a mix of the two forms: they could share links), or the
-    rails are not copies."""
-    R = int(getattr(topo, "R", 1))
-    if R < 2 or not between.size or between.size % R:
-        return None
-    steps = getattr(topo, "rail_link_steps", None)
-    N, n = int(topo.world_size), between.size
-    rank_rails = steps is not None and steps() is not None
-    fabric = int(getattr(topo, "fabric_base", topo.num_nodes))
-    lo, hi = int(between[0]), int(between[-1]) + 1
-    if hi - lo == n:  # one range: read where the messages lie, as (n / R, R) views (column j: rail j)
-        s, d = src[lo:hi], dst[lo:hi]
-        ranks = int(s.max()) < N and int(d.max()) < N
-        if (ranks and not rank_rails) or (not ranks and not (hasattr(topo, "adjacent_links") and
-                                                             bool(((s >= fabric) | (d >= fabric)).all()))):
-            return None
-        for rails_last in (True, False):
-            index = np.arange(lo, hi).reshape(-1, R) if rails_last else np.arange(lo, hi).reshape(R, -1).T
-            alike = (_rails_alike(index, src, dst, fields, receiver_fields, R, N, lo) if ranks else
-                     _fabric_rails_alike(topo, index, src, dst, fields, receiver_fields, R, N, fabric, lo))
-            if alike:
-                return np.repeat(index[:, 0], R - 1), index[:, 1:].ravel(), index[:, 0].copy()
-        return None
-    if not rank_rails:
-        return None
-    s, d = src[between], dst[between]
-    if int(s.max()) >= N or int(d.max()) >= N:
-        return None
-    rail = s % R
-    if not np.array_equal(rail, d % R):
-        return None
-    for index in (np.arange(n).reshape(-1, R), np.arange(n).reshape(R, -1).T):
-        if np.array_equal(rail[index], np.broadcast_to(np.arange(R), index.shape)):
-            at = between[index]
-            if _rails_alike(at, src, dst, fields, receiver_fields, R, N, None):
-                return np.repeat(at[:, 0], R - 1), at[:, 1:].ravel(), at[:, 0].copy()
-    return None
-
-
-def _laid(x: np.ndarray, index: np.ndarray, lo: int | None) -> np.ndarray:
-    """x[index] for an (copies, R) `index`; where it lays out the range of messages from `lo` (rows of R, or R
-    blocks side by side), a view of x."""
-    if lo is None:
-        return x[index]
-    y = x[lo:lo + index.size]
-    return y.reshape(index.shape) if index[0, -1] == lo + index.shape[1] - 1 else y.reshape(index.shape[1], -1).T
-
-
-def _rails_alike(index: np.ndarray, src: np.ndarray, dst: np.ndarray, fields: tuple, receiver_fields: tuple,
-                 R: int, N: int, lo: int | None) -> bool:
-    """Whether the messages `index` ((copies, R): column j on rail j) are rail-0 messages between ranks (column
-    0) and their copies moved by j ranks with the same fields. `lo`: `index` lays out the range of messages
-    from lo, read as views of the arrays (None: gathered)."""
-    S, D = _laid(src, index, lo), _laid(dst, index, lo)
-    step = np.broadcast_to(np.arange(R), S.shape)
-    if int(S.max()) >= N or int(D.max()) >= N or (S[:, 0] % R).any() or (D[:, 0] % R).any():
-        return False
-    if not (np.array_equal(S - S[:, :1], step) and np.array_equal(D - D[:, :1], step)):
-        return False
-    return all(bool((X == X[:, :1]).all()) for X in [_laid(x, index, lo) for x in fields] +
-               [x[D] for x in receiver_fields])
-
-
-def _fabric_rails_alike(topo, index: np.ndarray, src: np.ndarray, dst: np.ndarray, fields: tuple,
-                        receiver_fields: tuple, R: int, N: int, fabric: int, lo: int | None) -> bool:
-    """Whether the messages `index` ((copies, R)), each with a fabric switch (node >= `fabric`) at one end and a
-    rank or a fabric switch at the other, are rail-0 messages (column 0) and copies (column j) under a map of
-    the nodes that moves a rank by j (rail 0's ranks to rail j's) and a fabric switch to a fabric switch, one
-    per rail, distinct across rails and after its original in the node order, with the same fields. Such a
-    message crosses the one link between its two adjacent ends (Cluster.hop_list's path; `adjacent_links` finds
-    it, and raises for ends that are not adjacent, as costing the message would), so a copy crosses the image
-    of its original's link: the map of the links is one-to-one and the rails' links are disjoint, as the
-    nodes' are; the links' attributes are compared, as are the fields."""
-    S, D = _laid(src, index, lo), _laid(dst, index, lo)
-    for X in (S, D):
-        rank = X[:, 0] < N
-        if not np.array_equal(X < N, np.broadcast_to(rank[:, None], X.shape)):
-            return False  # a rank's copy is a rank, a switch's a switch
-        if rank.any():
-            r = X[rank]
-            if (r[:, 0] % R).any() or not np.array_equal(r - r[:, :1], np.broadcast_to(np.arange(R), r.shape)):
-                return False
-        if not rank.all() and int(X[~rank].min()) < fabric:
-            return False  # a domain's switch at a message between domains
-    # the switches' map: each rail-0 switch to one switch per rail (one row wherever it appears), all distinct
-    sw = np.concatenate([S[S[:, 0] >= fabric], D[D[:, 0] >= fabric]]) - fabric
-    size = int(sw.max()) + 1
-    some = np.zeros(size, np.int64)
-    some[sw[:, 0]] = np.arange(sw.shape[0])  # a row of each rail-0 switch (any: every row must equal it)
-    if not np.array_equal(sw[some[sw[:, 0]]], sw) or bool((sw[:, 1:] <= sw[:, :1]).any()):
-        return False
-    distinct = np.count_nonzero(np.bincount(sw[:, 0], minlength=size))
-    if np.count_nonzero(np.bincount(sw.ravel(), minlength=size)) != R * distinct:
-        return False  # two switches of rail 0 map to one, or a rail's switch is another rail's
-    if not all(bool((X == X[:, :1]).all()) for X in [_laid(x, index, lo) for x in fields] +
-               [x[D] for x in receiver_fields]):
-        return False
-    # the links (hop_list's one hop of a message with a switch at one end) and their attributes, PATH_BLOCK
-    # messages at a time (a block's temporaries stay in the processor's caches)
-    links = topo.adjacent_links
-    s, d = S.ravel(), D.ravel()
-    rows = max(1, PATH_BLOCK // R)
-    for a in range(0, S.shape[0], rows):
-        hl = links(s[a * R:(a + rows) * R], d[a * R:(a + rows) * R])
-        for x in (topo.link_attributes(hl) if hasattr(topo, "link_attributes") else
-                  (topo.link_bandwidth(hl), topo.link_latency(hl), topo.link_tier(hl))):
-            x = x.reshape(-1, R)
-            if not bool((x == x[:, :1]).all()):
-                return False
-    return True
-
-
 # the least share of a pipeline's messages the copies must be for the shortcut to pay for its checks
 MIN_DROPPED = 0.4
 
@@ -382,26 +291,91 @@ def _reduced(rn: np.ndarray, ru: np.ndarray, nodes: int) -> np.ndarray | None:
 def _rails_alone(topo, flows: tuple, lag: np.ndarray, inside: np.ndarray, reduced: np.ndarray | None
                  ) -> Replicas | None:
     """The Replicas of messages with too few inside domains for domains to be costed once (`inside`: their
-    indices) where rail 0's messages between domains stand for every rail's (rail_copies): every message inside
+    indices) where rail 0's messages between domains stand for every rail's (rails.rail_rows): every message inside
     a domain kept, or None where the rails are not copies or the copies are too few (MIN_DROPPED)."""
     src, dst, units = flows[:3]
     N, G, D = int(topo.world_size), int(topo.G), int(topo.D)
     keep = np.ones(src.size, bool)
     keep[inside] = False
-    rails = rail_copies(topo, src, dst, (units, lag), () if reduced is None else (reduced,), np.flatnonzero(keep))
-    if rails is None or rails[1].size < MIN_DROPPED * src.size:
+    rails = rail_rows(topo, src, dst, (units, lag), () if reduced is None else (reduced,), np.flatnonzero(keep))
+    if rails is None or rails.rows * (rails.R - 1) < MIN_DROPPED * src.size:
         return None
-    originals, dropped, rail0 = rails
     keep[:] = True
-    keep[dropped] = False
+    rails.set_copies(keep, False)
     kept = np.flatnonzero(keep)
     copies = np.ones(kept.size)
-    copies[np.searchsorted(kept, rail0)] = float(topo.R)  # itself and one copy per other rail
+    copies[np.searchsorted(kept, rails.rail0)] = float(topo.R)  # itself and one copy per other rail
     local = np.zeros(kept.size, bool)
     local[np.searchsorted(kept, inside)] = True
     none = np.zeros((0, 0), np.int64)  # no domain copies another: each its own kind
     return Replicas(kept, none, none, copies, local, 2 * N, src[kept], dst[kept], D, np.arange(D), G, src.size,
-                    originals, dropped, int(topo.R))
+                    rails, int(topo.R))
+
+
+INSIDE_BLOCK = 1 << 16  # messages _inside and _fields read at a time
+
+
+def _one_value(x: np.ndarray) -> bool:
+    """Whether x's least and largest values are equal (as _fields leaves a field out: a NaN never is)."""
+    return bool(x.size) and float(x.min()) == float(x.max())
+
+
+def _inside(src: np.ndarray, dst: np.ndarray, domain: np.ndarray, receiver: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(inside, pos, dom): per message whether it stays inside a domain, the indices of those that do
+    (increasing) and their domains; read INSIDE_BLOCK messages at a time, so that the temporary arrays stay in
+    the processor's caches."""
+    inside = np.empty(src.size, bool)
+    doms = []
+    for lo in range(0, src.size, INSIDE_BLOCK):
+        ds = domain[src[lo:lo + INSIDE_BLOCK]]
+        here = inside[lo:lo + INSIDE_BLOCK]
+        np.equal(ds, receiver[dst[lo:lo + INSIDE_BLOCK]], out=here)
+        doms.append(ds[here])
+    return inside, np.flatnonzero(inside), np.concatenate(doms) if doms else np.zeros(0, domain.dtype)
+
+
+def _fields(messages: np.ndarray, src: np.ndarray, dst: np.ndarray, units: np.ndarray, lag: np.ndarray,
+            reduced: np.ndarray | None, place: np.ndarray, G: int, top: int) -> list[np.ndarray]:
+    """The fields that tell one domain's in-domain messages from another's, per message of `messages` (indices,
+    in the order given): its ends within the domain and its stage in one integer (as 64-bit words), then its
+    chunks and its receiver's reduction, each only where it is not one value for all of them (such a field
+    tells no domain from another). Read INSIDE_BLOCK messages at a time into arrays of their final size (a
+    block of consecutive messages in place), so that the temporary arrays stay in the processor's caches and
+    the process takes no more fresh memory than the fields need."""
+    n = messages.size
+    code = np.empty(n, np.int64)
+    # a field with one value over every message (or node) has one over these: not laid out
+    chunks = None if _one_value(units) else np.empty(n, units.dtype)
+    into = None if reduced is None or _one_value(reduced) else np.empty(n, reduced.dtype)
+    for lo in range(0, n, INSIDE_BLOCK):
+        at = messages[lo:lo + INSIDE_BLOCK]
+        hi = lo + at.size
+        if int(at[-1]) - int(at[0]) == at.size - 1:  # consecutive messages (an NVLS stage's lanes): in place
+            at = slice(int(at[0]), int(at[-1]) + 1)
+        s, to = src[at], dst[at]
+        c = code[lo:hi]
+        c[:] = place[s]
+        c *= G + 1
+        c += place[to]
+        c *= top
+        c += lag[at]
+        if chunks is not None:
+            chunks[lo:hi] = units[at]
+        if into is not None:
+            into[lo:hi] = reduced[to]
+    return [code] + [x for x in (chunks, into) if x is not None and x.size and not float(x.min()) == float(x.max())]
+
+
+def _between(inside: np.ndarray, n: int) -> np.ndarray | range:
+    """The messages not `inside` (n of them), increasing: a range where they lie in one (read by its ends, not
+    listed), else their indices."""
+    if n and int(inside.size) > 0:
+        lo = int(np.argmin(inside))  # the first message between domains
+        hi = inside.size - int(np.argmin(inside[::-1]))
+        if hi - lo == n and not inside[lo]:
+            return range(lo, hi)
+    return np.flatnonzero(~inside)
 
 
 def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: bool) -> Replicas | None:
@@ -418,30 +392,15 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
     domain, receiver, place, alike = _tables(topo)
     if not alike:
         return None
-    ds = domain[src]
-    pos = np.flatnonzero(ds == receiver[dst])
-    if not pos.size or pos.size < MIN_DROPPED * src.size:  # mostly between domains: only the rails may repeat
-        return _rails_alone(topo, flows, lag, pos, _reduced(rn, ru, N + D))
-    if pos.size % D:
-        return None
-    dom = ds[pos]
-    del ds
     top = int(lag.max()) + 1 if lag.size else 1
-    if (G + 1) ** 2 * top >= 2 ** 62 or (lag.size and int(lag.min()) < 0):
-        return None
+    # the stage fits the in-domain messages' code (and no stage is negative): else no domain is compared
+    coded = (G + 1) ** 2 * top < 2 ** 62 and not (lag.size and int(lag.min()) < 0)
     reduced = _reduced(rn, ru, N + D)
-    # per in-domain message, read in message order: its ends within the domain and its stage in one integer (as
-    # 64-bit words), its chunks and its receiver's reduction; a field with one value for all of them tells no
-    # domain from another, and is left out
-    to = dst[pos]
-    code = place[src[pos]].astype(np.int64)
-    code *= G + 1
-    code += place[to]
-    code *= top
-    code += lag[pos]
-    fields = [code, units[pos]] + ([] if reduced is None else [reduced[to]])
-    del to, code
-    fields = fields[:1] + [x for x in fields[1:] if not float(x.min()) == float(x.max())]
+    inside, pos, dom = _inside(src, dst, domain, receiver)
+    if not pos.size or pos.size < MIN_DROPPED * src.size:  # mostly between domains: only the rails may repeat
+        return _rails_alone(topo, flows, lag, pos, reduced)
+    if pos.size % D or not coded:
+        return None
     # laid out domain by domain, each domain's messages in their order: row d of P is domain d's. Lanes list
     # their members in order, so the messages are runs over every domain in order (_domain_runs): the runs'
     # (D, c_r) blocks side by side; otherwise a stable sort of the domains (the same rows)
@@ -449,11 +408,10 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
     if runs is None:
         if not np.array_equal(np.bincount(dom, minlength=D), np.full(D, pos.size // D)):
             return None
-        order = np.argsort(dom, kind="stable")
-        P = pos[order].reshape(D, -1)
-        rows = [x[order].reshape(D, -1) for x in fields]
+        P = pos[np.argsort(dom, kind="stable")].reshape(D, -1)
+        # the fields read domain by domain (rows of P), not in message order and then sorted
+        rows = [x.reshape(D, -1) for x in _fields(P.ravel(), src, dst, units, lag, reduced, place, G, top)]
         rep = None
-        del order
     else:
         # consecutive runs of one width w (m of them) are one (m, D, w) block, read domain by domain
         spans, i = [], 0
@@ -470,9 +428,10 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
             return blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=1)
 
         P = laid(pos)
+        fields = _fields(pos, src, dst, units, lag, reduced, place, G, top)
         rep = _block_kinds(fields, spans, D)
         rows = [laid(x) for x in fields] if rep is None else None
-    del fields
+        del fields
     if rep is None:
         rep = _kinds(rows)
     del rows
@@ -488,26 +447,24 @@ def domain_replicas(rules: CostRules, flows: tuple, lag: np.ndarray, integral: b
     originals = np.broadcast_to(P[int(first[0])], dropped.shape) if one_kind else P[first]
     if not bool((dropped > originals).all()):  # an original comes before its copies
         return None
+    # the messages between domains (all kept): on a fabric whose rails are copies, rail 0's stand for all rails'
+    rails = rail_rows(topo, src, dst, (units, lag), () if reduced is None else (reduced,),
+                      _between(inside, src.size - pos.size))
+    rail0 = np.zeros(0, np.int64) if rails is None else rails.rail0
     keep = np.ones(src.size, bool)
     keep[dropped.ravel()] = False
+    if rails is not None:
+        rails.set_copies(keep, False)
     kept = np.flatnonzero(keep)
+    local = inside[kept]
     kept_src, kept_dst = src[kept], dst[kept]
-    local = domain[kept_src] == receiver[kept_dst]
-    # the messages between domains (all kept): on a fabric whose rails are copies, rail 0's stand for all rails'
-    rails = rail_copies(topo, src, dst, (units, lag), () if reduced is None else (reduced,), kept[~local])
-    no_rails = np.zeros(0, np.int64)
-    rail_originals, rail_dropped, rail0 = (no_rails,) * 3 if rails is None else rails
-    if rail_dropped.size:
-        still = local.copy()
-        still[np.searchsorted(kept, rail0)] = True
-        kept, kept_src, kept_dst, local = kept[still], kept_src[still], kept_dst[still], local[still]
     copies = np.ones(kept.size)
     kinds = np.flatnonzero(rep == np.arange(D))
     copies[np.searchsorted(kept, P[kinds])] = np.bincount(rep, minlength=D)[kinds][:, None]
     if rail0.size:
         copies[np.searchsorted(kept, rail0)] = float(topo.R)  # itself and one copy per other rail
     return Replicas(kept, originals, dropped, copies, local, 2 * N, kept_src, kept_dst, kinds.size, rep, G,
-                    src.size, rail_originals, rail_dropped, int(topo.R) if rails is not None else 1)
+                    src.size, rails, int(topo.R) if rails is not None else 1)
 
 
 WHOLE_BLOCK = 1 << 16  # elements whole_numbers reads at a time
@@ -540,8 +497,8 @@ def replicated_hops(rules: CostRules, flows: tuple, lag: np.ndarray | None = Non
             if hops.hl.size:  # chunk-hops per tier: each kept in-domain message once per domain of its kind
                 hops.tier = np.bincount(hops.hop_tier, weights=(hops.units * rep.copies)[hops.fidx],
                                         minlength=len(TIERS))[:len(TIERS)]
-            return hops, lag[k]
-    return flow_hops(rules, flows, cache, share=share), lag
+            return hops, lag[k].astype(np.int64)
+    return flow_hops(rules, flows, cache, share=share), lag.astype(np.int64, copy=False)
 
 
-__all__ = ["Replicas", "domain_replicas", "replicated_hops", "whole_numbers"]
+__all__ = ["RailRows", "Replicas", "domain_replicas", "rail_copies", "rail_rows", "replicated_hops", "whole_numbers"]

@@ -248,7 +248,9 @@ def test_replicated_tree_lanes_node_by_node_are_those_replica_by_replica(monkeyp
     from collectives.algorithms import double_binary_tree as dbt
 
     tree = double_binary_tree(6)[0]
-    members = np.arange(6 * 4, dtype=np.int64).reshape(6, 4).T  # GPU j of domain d: rank 4 d + j (replica j)
+    # GPU j of domain d: rank 4 d + j + 3 (replica j; in order node by node, but not numbered from 0, which
+    # _numbered_replicas lays out without positions)
+    members = np.arange(6 * 4, dtype=np.int64).reshape(6, 4).T + 3
     data = lambda k, r: (k * 8 + r, 1)  # noqa: E731
     fast = dbt.tree_lanes(tree, members, data, 0)
 
@@ -284,22 +286,30 @@ def _every_position_tree_lanes(tree, members, data, lag, start):
 
 @pytest.mark.parametrize("replicas", [1, 4])
 def test_tree_lanes_over_positions_with_a_peer_are_every_positions(replicas):
-    """tree_up_lanes and tree_down_lanes take out the positions without a peer before mapping them to members:
+    """tree_up_lanes and tree_down_lanes take out the positions without a peer before mapping them to members,
+    or write the lanes down from the tree's nodes where the members number the positions node by node from 0:
     the lanes of every position (members, peers, lags, chunk ranges), for NCCL's channel tree over all ranks
-    (one replica) and a tree over domains on each GPU of a domain (replicas, in order or not)."""
+    (one replica) and a tree over domains on each GPU of a domain (replicas, in order or not); tree_lanes, whose
+    lanes up and down a link share its nodes, the same."""
     from collectives.algorithms import double_binary_tree as dbt
 
     data = lambda k, r: (k * 8 + r, 1 + r % 2)  # noqa: E731
     if replicas == 1:
         tree = chain_tree(double_binary_tree(5)[1], 3, 1)
-        layouts = [np.arange(15, dtype=np.int64)[None, :]]
+        ranks = np.arange(15, dtype=np.int64)[None, :]
+        layouts = [ranks, ranks + 4, ranks[:, ::-1].copy()]  # numbered from 0, in order from 4, not in order
+        numbered = [True, False, False]
     else:
         tree = double_binary_tree(6)[0]
         by_gpu = np.arange(6 * replicas, dtype=np.int64).reshape(6, replicas).T  # in order node by node
-        layouts = [by_gpu, by_gpu[:, ::-1].copy()]  # and a layout whose members are not in order
-    for members in layouts:
+        layouts = [by_gpu, by_gpu + 1, by_gpu[:, ::-1].copy()]  # and from 1, and a layout not in order
+        numbered = [True, False, False]
+    for members, from_nodes in zip(layouts, numbered, strict=True):
+        assert (dbt._numbered_replicas(members) is not None) == from_nodes
         fast = dbt.tree_up_lanes(tree, members, data, 2) + dbt.tree_down_lanes(tree, members, data, 9)
-        assert _same_lanes(fast, _every_position_tree_lanes(tree, members, data, 2, 9))
+        want = _every_position_tree_lanes(tree, members, data, 2, 9)
+        assert _same_lanes(fast, want)
+        assert _same_lanes(dbt.tree_lanes(tree, members, data, 2, height=7), want)  # down from 2 + 7
 
 
 def test_channel_lanes_are_shared_and_take_each_counts_chunks(monkeypatch):

@@ -103,19 +103,19 @@ def bulk(monkeypatch):
 
 
 def _with_and_without_rails(monkeypatch, make, name: str, nbytes: int, **params) -> tuple[tuple, tuple, int]:
-    """simulate() with rail copies and with rail_copies switched off (alike domains kept either way), each on a
+    """simulate() with rail copies and with rail_rows switched off (alike domains kept either way), each on a
     fresh topology, and how many messages the rail copies dropped."""
     dropped = []
-    real = replicas.rail_copies
+    real = replicas.rail_rows
 
     def spy(*args):
         out = real(*args)
-        dropped.append(0 if out is None else out[1].size)
+        dropped.append(0 if out is None else out.rows * (out.R - 1))
         return out
 
-    monkeypatch.setattr(replicas, "rail_copies", spy)
+    monkeypatch.setattr(replicas, "rail_rows", spy)
     fast = simulate(name, make(), nbytes, mode="analytic", **params)
-    monkeypatch.setattr(replicas, "rail_copies", lambda *a: None)
+    monkeypatch.setattr(replicas, "rail_rows", lambda *a: None)
     general = simulate(name, make(), nbytes, mode="analytic", **params)
     return _figures(fast), _figures(general), sum(dropped)
 
@@ -234,3 +234,22 @@ def test_sharp_messages_that_differ_keep_every_message():
     merged = rows.copy()
     merged[last, 1:] = rows[0, 1:]  # two leaves of rail 0 with the same leaves on the other rails
     assert replicas.rail_copies(c, src, merged.ravel(), (units, lag), (), between) is None
+
+
+@pytest.mark.parametrize("rails_last", [True, False])
+def test_rail_rows_of_a_range_read_it_in_place(rails_last):
+    """RailRows over a range of messages (read through views) answers as the same rows given as indices."""
+    R, rows, lo = 4, 6, 3
+    index = np.arange(lo, lo + R * rows).reshape(-1, R) if rails_last else \
+        np.arange(lo, lo + R * rows).reshape(R, -1).T
+    in_place = replicas.RailRows(R, None, lo, lo + R * rows, rails_last)
+    gathered = replicas.RailRows(R, index.copy())
+    x = np.arange(40) * 10
+    assert np.array_equal(in_place.laid(x), gathered.laid(x)) and in_place.rows == gathered.rows == rows
+    assert np.array_equal(in_place.rail0, gathered.rail0)
+    assert all(np.array_equal(a, b) for a, b in zip(in_place.arrays(), gathered.arrays(), strict=True))
+    for value in (None, -1):
+        a, b = x.copy(), x.copy()
+        in_place.set_copies(a, value)
+        gathered.set_copies(b, value)
+        assert np.array_equal(a, b) and not np.array_equal(a, x)

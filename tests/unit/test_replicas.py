@@ -344,3 +344,22 @@ def test_nvlink_blocks_that_split_a_domain_are_read_link_by_link():
 
     assert replicas._alike_nvlink(Split([1.0] * 2 + [2.0] * 6 + [1.0] * 8), N, D, G) is False
     assert replicas._alike_nvlink(Split([1.0] * 16), N, D, G) is True
+
+
+@pytest.mark.parametrize("n", [1, 7, 129, 65536, 65537, 3 * 65536 + 17, 1_000_003])
+def test_pairwise_sum_is_numpys(n):
+    """replicas._pairwise_sum adds as numpy's sum does (the same float), MEAN_LEAF values at a time."""
+    x = np.random.default_rng(n).random(n) * np.logspace(0, 9, n)
+    assert replicas._PAIRWISE
+    assert replicas._pairwise_sum(lambda a, b: x[a:b], 0, n) == float(np.add.reduce(x))
+
+
+def test_replicas_mean_is_the_expanded_mean(monkeypatch):
+    """Replicas.mean: the mean over every message, the float that expand(x).mean() gives."""
+    monkeypatch.setattr(replicas, "MIN_DROPPED", 0.0)
+    monkeypatch.setattr(replicas, "MEAN_LEAF", 256)  # many leaves on a small cluster (numpy splits above 128)
+    rules, f, lag = _stage_flows(_symmetric(), "nvls_tree")
+    rep = replicas.domain_replicas(rules, f, lag, True)
+    assert rep is not None
+    x = np.random.default_rng(5).random(rep.kept.size) * np.logspace(0, 9, rep.kept.size)
+    assert rep.mean(x) == float(rep.expand(x).mean())

@@ -165,7 +165,9 @@ def _fabric_rails_alike(topo, rows: RailRows, src: np.ndarray, dst: np.ndarray, 
     crosses the one link between its two adjacent ends (Cluster.hop_list's path; `adjacent_links` finds it,
     and raises for ends that are not adjacent, as costing the message would), so a copy crosses the image of
     its original's link: the map of the links is one-to-one and the rails' links are disjoint, as the nodes'
-    are; the links' attributes are compared, as are the fields."""
+    are; the links' attributes are compared, as are the fields. Messages between a rank and a switch need only
+    rail 0's links where each copy's switch is its original's moved by the topology's rail_leaf_step (that makes
+    it the copy's rank's leaf, over a cable with the original's attributes)."""
     R = rows.R
     S, D = rows.laid(src), rows.laid(dst)
     for X in (S, D):
@@ -191,9 +193,22 @@ def _fabric_rails_alike(topo, rows: RailRows, src: np.ndarray, dst: np.ndarray, 
     if not all(bool((X == X[:, :1]).all()) for X in [rows.laid(x) for x in fields] +
                [x[D] for x in receiver_fields]):
         return False
+    links = topo.adjacent_links
+    leaf_step = getattr(topo, "rail_leaf_step", None)
+    rail_step = None if leaf_step is None else leaf_step()
+    if rail_step is not None:
+        # messages between a rank and a switch: where each copy's switch is its original's moved by j leaf steps
+        # (rail_leaf_step), the copy's switch is its rank's leaf once rail 0's is, and the cable between them
+        # has rail 0's attributes; so rail 0's links alone are found (each a rank and its leaf: adjacent_links
+        # raises otherwise, as costing the message would)
+        from_rank = S[:, 0] < N
+        rank_row = from_rank | (D[:, 0] < N)
+        switch = np.where(from_rank[:, None], D, S)[rank_row]
+        if np.array_equal(switch - switch[:, :1], np.broadcast_to(np.arange(R) * rail_step, switch.shape)):
+            links(S[rank_row, 0], D[rank_row, 0])
+            S, D = S[~rank_row], D[~rank_row]
     # the links (hop_list's one hop of a message with a switch at one end) and their attributes, PATH_BLOCK
     # messages at a time (a block's temporaries stay in the processor's caches)
-    links = topo.adjacent_links
     s, d = S.ravel(), D.ravel()
     step = max(1, PATH_BLOCK // R)
     for a in range(0, S.shape[0], step):

@@ -246,6 +246,28 @@ class ClusterLinks:
             return None
         return tuple(int(x) for x in steps[1:])
 
+    def rail_leaf_step(self) -> int | None:
+        """How far rail j's leaf of a rank lies from rail 0's: for rank r on rail 0, rank r + j (rail j, same
+        domain) hangs off leaf node leaf_of(r) + j x step, for every j < R; None where the conditions below fail.
+
+        Holds without a placement (rank r is slot r, on rail r % R, with R dividing G, so r + j is the GPU of
+        rail j beside r and its NIC's endpoint e is r's):
+
+        * per-rail fabrics: rail j's NIC is host e of tree j, so its leaf is j trees of n[1] leaves on;
+        * a tree of 2 levels or more (M[1] = H host slots a leaf): host slot (block x R + rail) x H + slot, so
+          the leaf (host // H = block x R + rail) moves by 1 per rail.
+
+        A single-level tree (one switch for every rail) is not covered. A rank's cable to its leaf is a level-1
+        link of one block per direction (one bandwidth and latency), so a message between rank r + j and its
+        leaf crosses a link with the attributes of rank r's in the same direction."""
+        if self.tree is None or self._slot is not None or self.G % self.R:
+            return None
+        if self.per_rail:
+            return int(self.tree.n[1])
+        if self.blocked and self.tree.M[1] == self.H:
+            return 1
+        return None
+
     def adjacent_links(self, src: object, dst: object) -> np.ndarray:
         """link_between(src, dst) (the one link joining each adjacent pair; raises for others), a rank and its
         own NVSwitch or leaf found without link_between's search: the link hop_list gives a message with a

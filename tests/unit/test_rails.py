@@ -5,6 +5,7 @@ as costing every message. Where the conditions fail the topology says None and e
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -253,3 +254,64 @@ def test_rail_rows_of_a_range_read_it_in_place(rails_last):
         in_place.set_copies(a, value)
         gathered.set_copies(b, value)
         assert np.array_equal(a, b) and not np.array_equal(a, x)
+
+
+LEAF_CASES = CASES + [T.cluster(domains=9, gpus_per_domain=4, radix=8, rail_fabric="per-rail", levels=2),
+                      preset("gb300-nvl72", racks=8)]
+
+
+@pytest.mark.parametrize("c", LEAF_CASES, ids=lambda c: f"{c.name}-{c.world_size}-{c.levels}-{c.per_rail}")
+def test_rail_leaf_step_moves_each_ranks_leaf_and_keeps_its_cables_attributes(c):
+    """Where the topology gives a leaf step, rank r + j on rail j hangs off rail-0 rank r's leaf moved by j
+    steps, over a cable (either way) with rank r's attributes; the rails' leaves differ."""
+    step = c.rail_leaf_step()
+    if step is None:
+        assert c.levels == 1 or c.levels > 1 and not c.per_rail and c.tree.M[1] != c.H
+        return
+    r = np.arange(0, c.world_size, c.R)
+    leaf0 = c.leaf_of(r)
+    up0, down0 = (np.asarray(c.link_attributes(c.adjacent_links(a, b))) for a, b in ((r, leaf0), (leaf0, r)))
+    seen = set()
+    for j in range(c.R):
+        leaf = c.leaf_of(r + j)
+        assert np.array_equal(leaf, leaf0 + j * step)
+        assert not seen & set(leaf.tolist())
+        seen |= set(leaf.tolist())
+        assert np.array_equal(np.asarray(c.link_attributes(c.adjacent_links(r + j, leaf))), up0)
+        assert np.array_equal(np.asarray(c.link_attributes(c.adjacent_links(leaf, r + j))), down0)
+
+
+def _leaf_step_holds(c, step: int) -> bool:
+    ranks = c.rail_groups()
+    return all(np.array_equal(c.leaf_of(ranks[j]), c.leaf_of(ranks[0]) + j * step) for j in range(c.R))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: preset("dgx-h100", nodes=40, placement=[[8 * d + (g + d) % 8 for g in range(8)] for d in range(40)]),
+    lambda: preset("gb300-nvl72", racks=80, gpus_per_domain=8, domain_sizes=[8] * 30 + [7] + [8] * 49),
+])
+def test_rail_leaf_step_is_none_where_ranks_move_off_their_rails(make):
+    """A placement (or uneven domains, placed in their domains' first slots) moves ranks between rails: no rank
+    r + j is rail j's beside rail-0 rank r throughout, and the leaf step says None."""
+    c = make()
+    assert c.rail_leaf_step() is None
+    plain = type(c)(dataclasses.replace(c.spec, placement=None))
+    step = plain.rail_leaf_step()
+    assert step is not None and _leaf_step_holds(plain, step)
+    r = np.arange(0, c.world_size, c.R)
+    r = r[r + c.R - 1 < c.world_size]
+    assert not all(np.array_equal(c.leaf_of(r + j), c.leaf_of(r) + j * step) for j in range(c.R))
+
+
+def test_sharp_copies_on_another_leaf_raise_as_costing_them_would():
+    """Rail trees whose copies keep a one-to-one map of the switches but send rails 2 and 3's ranks to each
+    other's leaves: the leaf step does not hold, every link is looked up and the non-adjacent pair raises."""
+    c = T.cluster(domains=20, gpus_per_domain=4, radix=8)  # 5 blocks of one leaf per rail
+    assert c.rail_leaf_step() == 1
+    src = np.arange(c.world_size)  # rows of R: rank d·G + j on rail j
+    dst = c.leaf_of(src).reshape(-1, c.R)
+    moved = dst[:, [0, 1, 3, 2]]
+    units, lag, between = np.ones(src.size), np.zeros(src.size, np.int64), np.arange(src.size)
+    assert replicas.rail_copies(c, src, dst.ravel(), (units, lag), (), between) is not None
+    with pytest.raises(ValueError, match="no link joins"):
+        replicas.rail_copies(c, src, moved.ravel(), (units, lag), (), between)

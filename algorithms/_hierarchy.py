@@ -25,7 +25,7 @@ from ._pipeline import memo
 from .double_binary_tree import double_binary_tree, tree_lanes
 from .nvls import gather_lanes, multicast_lanes, reduce_lanes, scatter_lanes
 from .ring import ring_lanes
-from .sharp import build_forest, climb_lanes, descent_lanes
+from .sharp import allreduce_lanes, build_forest
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def inter_allreduce(topology, inter: str, layout: Shards, lag: int, nodes: np.nd
     if inter == "sharp":
         forest = build_forest(trees, nodes)
         data = lambda k, v: layout.shard(k, forest.tree[v])  # noqa: E731  (tree j reduces shard j)
-        lanes = climb_lanes(forest, data, lag) + descent_lanes(forest, data, lag)
+        lanes = allreduce_lanes(forest, data, lag)
         return lanes, lag + 2 * int(forest.depth.max())
     trees2 = double_binary_tree(D)
     H = max(int(t.height.max(initial=0)) for t in trees2)

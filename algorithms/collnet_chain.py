@@ -29,7 +29,7 @@ from ._innetwork import collnet_setup, finish
 from ._pipeline import memo, pipelined_phase
 from ._uneven import serves_uneven
 from .double_binary_tree import Tree, tree_down_lanes, tree_up_lanes
-from .sharp import build_forest, climb_lanes, descent_lanes
+from .sharp import allreduce_lanes, build_forest
 
 
 def chain(G: int) -> Tree:
@@ -70,7 +70,7 @@ def build_collnet_chain(collective: str, world_size: int, count: int, *, root=No
             up += tree_up_lanes(link, order, data, 0)
             down += tree_down_lanes(link, order, data, G - 1 + 2 * L)
         data = lambda k, v: slices.shard(k, forest.tree[v])  # noqa: E731  (rail ch's tree: channel ch's heads)
-        return nodes, up + climb_lanes(forest, data, G - 1) + descent_lanes(forest, data, G - 1) + down
+        return nodes, up + allreduce_lanes(forest, data, G - 1) + down
 
     nodes, lanes = memo(topology, ("collnet_chain",), stages)
     phase = pipelined_phase("chain reduce + SHARP allreduce + chain broadcast, pipelined", nodes,

@@ -28,7 +28,7 @@ from ._hierarchy import Shards, members, rail_trees
 from ._innetwork import collnet_setup, finish
 from ._pipeline import lane, memo, pipelined_phase
 from ._uneven import serves_uneven
-from .sharp import build_forest, climb_lanes, descent_lanes
+from .sharp import allreduce_lanes, build_forest
 
 
 def direct_lanes(gpus: np.ndarray, lag: int, shard, reduce: bool) -> list:
@@ -73,7 +73,7 @@ def build_collnet_direct(collective: str, world_size: int, count: int, *, root=N
         data = lambda k, v: shards.shard(k, forest.tree[v])  # noqa: E731  (rail j's tree reduces shard j)
         L = int(forest.depth.max())
         lanes = direct_lanes(gpus, 0, shards.shard, reduce=True)
-        lanes += climb_lanes(forest, data, 1) + descent_lanes(forest, data, 1)
+        lanes += allreduce_lanes(forest, data, 1)
         lanes += direct_lanes(gpus, 1 + 2 * L, shards.shard, reduce=False)
         return nodes, lanes
 

@@ -43,7 +43,7 @@ from .nvls import nvls_phase
 from .rabenseifner import halving_round
 from .recursive_doubling import doubling_allgather_round, fold_layout, pair_phase, super_block_start
 from .ring import ring_allgather_phase, ring_reduce_scatter_phase
-from .sharp import build_forest, climb_lanes, descent_lanes, sharp_options
+from .sharp import allreduce_lanes, build_forest, climb_lanes, descent_lanes, sharp_options
 
 INTRA = ("nvls", "ring")
 INTER = ("sharp", "ring", "double_binary_tree", "rabenseifner")
@@ -149,7 +149,7 @@ def sharp_phase(topology, kind: str, trees: list, work: int, chunks: int, multic
         lanes = climb_lanes(forest, up, reduce=False) + descent_lanes(forest, down, multicast=multicast)
         return pipelined_phase("SHARP allgather", forest.members, ChunkTable.whole(work, G, D), lanes, 1), forest
     data = lambda k, v: (forest.tree[v] * chunks + k, 1)  # noqa: E731
-    lanes = climb_lanes(forest, data) + descent_lanes(forest, data, multicast=multicast)
+    lanes = allreduce_lanes(forest, data, multicast=multicast)
     return pipelined_phase("SHARP allreduce", forest.members, ChunkTable.whole(work, G, chunks), lanes,
                            chunks), forest
 

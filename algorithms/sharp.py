@@ -326,28 +326,47 @@ def _by_slot(forest: Forest, on: np.ndarray) -> list[tuple[np.ndarray, np.ndarra
     return [(at[parent_slot == k], in_order[own == k]) for k in _slots_in_use(parent_slot, f.slot[at])]
 
 
-def climb_lanes(forest: Forest, data, lag: int = 0, reduce: bool = True, path=None) -> list[Lane]:
-    """Every vertex sends `data(piece, vertex)` to its parent at lag `lag` + its level; the parent stores its
-    first child's copy and reduce-receives the others in that round (`reduce=False`: stores each child's range,
-    as a gather does). `path` (a vertex mask) keeps only the vertices on it."""
+class _Edges(NamedTuple):
+    """One slot's edges (child vertex to parent vertex), the arrays the climb's and the descent's lanes share."""
+
+    by_position: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]  # per child position i, increasing:
+    # (i, the children at i, their parents' members, their own members), the parents in member order
+    children: np.ndarray  # the slot's vertices with a parent, in member order
+    members: np.ndarray  # their members (increasing)
+    parents: np.ndarray  # their parents' members
+
+
+def _edges(forest: Forest, on: np.ndarray) -> list[_Edges]:
+    """Per slot in use by the vertices `on` (a mask of vertices with a parent) or their parents (_by_slot): the
+    edges by the parent's child position and by the child, with both ends' members."""
     f = forest
+    out = []
+    for mine, child in _by_slot(f, on):
+        by_position = _lanes_by_position(f, mine, lambda v, i: (i, v, f.member[f.parent[v]], f.member[v]))
+        out.append(_Edges(by_position, child, f.member[child], f.member[f.parent[child]]))
+    return out
+
+
+def _vertex_chunks(data, vertices: np.ndarray):
+    """A lane's chunk range over `vertices` (its members' vertices, in its order): data(piece, vertex)."""
+    return lambda k_, at: data(k_, vertices[at])
+
+
+def _climb(forest: Forest, edges: list[_Edges], data, lag: int, reduce: bool) -> list[Lane]:
+    lags = lag + forest.level
     lanes = []
-    for mine, sender in _by_slot(f, (f.parent >= 0) if path is None else (f.parent >= 0) & path):
+    for e in edges:
         # parent side: one lane per (parent slot, child position), the parents in member order
-        lanes += _lanes_by_position(f, mine, lambda v, i: lane(
-            (recv_reduce if reduce and i > 0 else recv), f.member[f.parent[v]], f.member[v], lag + f.level[v],
-            lambda k_, at, v=v: data(k_, v[at])))
+        for i, v, parent_members, child_members in e.by_position:
+            lanes.append(lane(recv_reduce if reduce and i > 0 else recv, parent_members, child_members, lags[v],
+                              _vertex_chunks(data, v)))
         # child side: the vertices of the slot send (in member order: the lane's members as given)
-        if sender.size:
-            lanes.append(lane(send, f.member[sender], f.member[f.parent[sender]], lag + f.level[sender],
-                              lambda k_, at, v=sender: data(k_, v[at])))
+        if e.children.size:
+            lanes.append(lane(send, e.members, e.parents, lags[e.children], _vertex_chunks(data, e.children)))
     return lanes
 
 
-def descent_lanes(forest: Forest, data, lag: int = 0, multicast: bool = True, skip=None) -> list[Lane]:
-    """Every vertex with a parent receives `data(piece, vertex)` from it: by multicast at lag + 2L - level - 1
-    (its parent's level l sends to all children at lag + 2L - l), or by unicast one child per round (period U).
-    `skip` (a vertex mask) leaves out the vertices that already hold the data."""
+def _descent(forest: Forest, edges: list[_Edges], data, lag: int, multicast: bool) -> list[Lane]:
     f = forest
     L = f.top()
     if multicast:
@@ -356,13 +375,37 @@ def descent_lanes(forest: Forest, data, lag: int = 0, multicast: bool = True, sk
         U = f.fanout
         lags, period = lag + L + (L - f.level - 1) * U + f.position, U
     lanes = []
-    for mine, receiver in _by_slot(f, (f.parent >= 0) if skip is None else (f.parent >= 0) & ~skip):
-        lanes += _lanes_by_position(f, mine, lambda v, i: lane(
-            send, f.member[f.parent[v]], f.member[v], lags[v], lambda k_, at, v=v: data(k_, v[at]), period))
-        if receiver.size:  # (in member order: the lane's members as given)
-            lanes.append(lane(recv, f.member[receiver], f.member[f.parent[receiver]], lags[receiver],
-                              lambda k_, at, v=receiver: data(k_, v[at]), period))
+    for e in edges:
+        for _, v, parent_members, child_members in e.by_position:
+            lanes.append(lane(send, parent_members, child_members, lags[v], _vertex_chunks(data, v), period))
+        if e.children.size:  # (in member order: the lane's members as given)
+            lanes.append(lane(recv, e.members, e.parents, lags[e.children], _vertex_chunks(data, e.children),
+                              period))
     return lanes
+
+
+def climb_lanes(forest: Forest, data, lag: int = 0, reduce: bool = True, path=None) -> list[Lane]:
+    """Every vertex sends `data(piece, vertex)` to its parent at lag `lag` + its level; the parent stores its
+    first child's copy and reduce-receives the others in that round (`reduce=False`: stores each child's range,
+    as a gather does). `path` (a vertex mask) keeps only the vertices on it."""
+    f = forest
+    return _climb(f, _edges(f, (f.parent >= 0) if path is None else (f.parent >= 0) & path), data, lag, reduce)
+
+
+def descent_lanes(forest: Forest, data, lag: int = 0, multicast: bool = True, skip=None) -> list[Lane]:
+    """Every vertex with a parent receives `data(piece, vertex)` from it: by multicast at lag + 2L - level - 1
+    (its parent's level l sends to all children at lag + 2L - l), or by unicast one child per round (period U).
+    `skip` (a vertex mask) leaves out the vertices that already hold the data."""
+    f = forest
+    return _descent(f, _edges(f, (f.parent >= 0) if skip is None else (f.parent >= 0) & ~skip), data, lag,
+                    multicast)
+
+
+def allreduce_lanes(forest: Forest, data, lag: int = 0, multicast: bool = True) -> list[Lane]:
+    """climb_lanes(forest, data, lag) + descent_lanes(forest, data, lag, multicast): the same lanes, the edges
+    found once and their member arrays shared by the lanes up and down an edge (lanes are only read)."""
+    edges = _edges(forest, forest.parent >= 0)
+    return _climb(forest, edges, data, lag, True) + _descent(forest, edges, data, lag, multicast)
 
 
 def path_to(forest: Forest, rank: int) -> np.ndarray:
@@ -420,7 +463,7 @@ def build_sharp(collective: str, world_size: int, count: int, *, root=None, topo
         forest = build_forest(trees)
         piece = lambda k, v: (k, 1)  # noqa: E731  (one tree: piece k is chunk k)
         if collective == "allreduce":
-            return forest, climb_lanes(forest, piece) + descent_lanes(forest, piece, multicast=multicast)
+            return forest, allreduce_lanes(forest, piece, multicast=multicast)
         path = path_to(forest, int(root))
         if collective == "reduce":  # the result comes down only toward the root rank
             return forest, climb_lanes(forest, piece) + descent_lanes(forest, piece, multicast=multicast, skip=~path)
@@ -439,4 +482,5 @@ def build_sharp(collective: str, world_size: int, count: int, *, root=None, topo
     return sched
 
 
-__all__ = ["Forest", "build_forest", "climb_lanes", "descent_lanes", "path_to", "sharp_options"]
+__all__ = ["Forest", "allreduce_lanes", "build_forest", "climb_lanes", "descent_lanes", "path_to",
+           "sharp_options"]

@@ -418,3 +418,21 @@ def test_lanes_by_position_are_the_sorted_ones(name, size):
                                within=forest.member[forest.parent[mine]])
         assert [i for i, _ in got] == [i for i, _ in want]
         assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(got, want, strict=True))
+
+
+@pytest.mark.parametrize("name,size", [("gb200-nvl72", {"racks": 16, "gpus_per_domain": 4}),
+                                       ("gb300-nvl72", {"racks": 8}), ("dgx-h100", {"nodes": 8})])
+def test_allreduce_lanes_are_the_climb_and_descent(name, size):
+    """sharp.allreduce_lanes finds the edges once for the climb and the descent: the lanes climb_lanes and
+    descent_lanes give apart, on rail forests (members in several trees on dgx-h100 and the 4-GPU gb200) and
+    on one tree over every rank, by multicast and by unicast."""
+    from collectives.algorithms.sharp import allreduce_lanes, climb_lanes, descent_lanes
+
+    topo = preset(name, **size)
+    rails = [topo.sharp_tree(ranks=g, port=int(topo.rank_rail(int(g[0])))) for g in topo.domain_groups().T]
+    for trees in (rails, [topo.sharp_tree()]):
+        forest = build_forest(trees)
+        data = lambda k, v, f=forest: (f.tree[v] * 7 + k + f.level[v], 1 + v % 3)  # noqa: E731
+        for lag, multicast in ((0, True), (2, False)):
+            assert _same_lanes(allreduce_lanes(forest, data, lag, multicast=multicast),
+                               climb_lanes(forest, data, lag) + descent_lanes(forest, data, lag, multicast=multicast))

@@ -23,7 +23,7 @@ from collectives.schedule import ChunkTable
 
 from ._pipeline import memo
 from .double_binary_tree import double_binary_tree, tree_lanes
-from .nvls import gather_lanes, multicast_lanes, reduce_lanes, scatter_lanes
+from .nvls import DomainRows, domain_rows, gather_lanes, multicast_lanes, reduce_lanes, scatter_lanes
 from .ring import ring_lanes
 from .sharp import allreduce_lanes, build_forest
 
@@ -59,29 +59,42 @@ def members(topology, nvswitches: bool, fabric: np.ndarray = ()) -> np.ndarray:
     return np.concatenate(parts)
 
 
-def intra_reduce_scatter(topology, intra: str, layout: Shards, lag: int) -> tuple[list, int]:
+def nvls_rows(topology) -> DomainRows:
+    """The member arrays of the NVLS stages in every domain (GPU members: the ranks; switch members: N + d), for
+    the reduce-scatter and the allgather of one build to share."""
+    N, D = topology.world_size, topology.num_domains
+    return domain_rows(topology.domain_groups(), N + np.arange(D, dtype=np.int64))
+
+
+def intra_reduce_scatter(topology, intra: str, layout: Shards, lag: int, rows: DomainRows | None = None
+                         ) -> tuple[list, int]:
     """GPU j of every domain ends with shard j of each piece reduced over its domain: by the domain's switch
-    (NVLS reduce at `lag`, scatter at lag + 1) or a ring inside the domain (G - 1 steps). (lanes, next lag)."""
-    D, G = topology.num_domains, topology.gpus_per_domain
+    (NVLS reduce at `lag`, scatter at lag + 1) or a ring inside the domain (G - 1 steps). (lanes, next lag).
+    `rows`: nvls_rows(topology), where the caller has them."""
+    G = topology.gpus_per_domain
     gpus = topology.domain_groups()
     if G == 1:
         return [], lag
     if intra == "nvls":
-        sw = topology.world_size + np.arange(D, dtype=np.int64)
-        return reduce_lanes(gpus, sw, lag, layout.piece) + scatter_lanes(gpus, sw, lag + 1, layout.shard), lag + 2
+        r = nvls_rows(topology) if rows is None else rows
+        return reduce_lanes(gpus, r.switches, lag, layout.piece, r) + \
+            scatter_lanes(gpus, r.switches, lag + 1, layout.shard, r), lag + 2
     return ring_lanes(gpus, lag, lambda k, r, b: layout.shard(k, b), reduce=True), lag + G - 1
 
 
-def intra_allgather(topology, intra: str, layout: Shards, lag: int) -> tuple[list, int]:
+def intra_allgather(topology, intra: str, layout: Shards, lag: int, rows: DomainRows | None = None
+                    ) -> tuple[list, int]:
     """Every GPU gets every shard of each piece from its domain: GPU j gives shard j to the switch, which
-    multicasts the piece (NVLS), or a ring inside the domain. (lanes, next lag)."""
-    D, G = topology.num_domains, topology.gpus_per_domain
+    multicasts the piece (NVLS), or a ring inside the domain. (lanes, next lag). `rows` as for
+    intra_reduce_scatter."""
+    G = topology.gpus_per_domain
     gpus = topology.domain_groups()
     if G == 1:
         return [], lag
     if intra == "nvls":
-        sw = topology.world_size + np.arange(D, dtype=np.int64)
-        return gather_lanes(gpus, sw, lag, layout.shard) + multicast_lanes(gpus, sw, lag + 1, layout.piece), lag + 2
+        r = nvls_rows(topology) if rows is None else rows
+        return gather_lanes(gpus, r.switches, lag, layout.shard, r) + \
+            multicast_lanes(gpus, r.switches, lag + 1, layout.piece, r), lag + 2
     return ring_lanes(gpus, lag, lambda k, r, b: layout.shard(k, b), reduce=False), lag + G - 1
 
 
@@ -119,4 +132,5 @@ def inter_allreduce(topology, inter: str, layout: Shards, lag: int, nodes: np.nd
     return lanes, lag + 2 * H
 
 
-__all__ = ["Shards", "inter_allreduce", "intra_allgather", "intra_reduce_scatter", "members", "rail_trees"]
+__all__ = ["Shards", "inter_allreduce", "intra_allgather", "intra_reduce_scatter", "members", "nvls_rows",
+           "rail_trees"]

@@ -34,7 +34,15 @@ from collectives.registry import register
 from collectives.schedule import ChunkTable, Phase, Round, Schedule, check_chunks, recv, send, split_points
 from collectives.topology.capabilities import dtype_name
 
-from ._hierarchy import Shards, inter_allreduce, intra_allgather, intra_reduce_scatter, members, rail_trees
+from ._hierarchy import (
+    Shards,
+    inter_allreduce,
+    intra_allgather,
+    intra_reduce_scatter,
+    members,
+    nvls_rows,
+    rail_trees,
+)
 from ._innetwork import check_topology, fall_back, finish, itemsize, runtime_pieces, sharp_plan
 from ._pipeline import memo, pipelined_phase
 from ._uneven import holders_phase, serves_uneven
@@ -252,10 +260,11 @@ def build_hierarchical(collective: str, world_size: int, count: int, *, root=Non
 
         def stages():  # the lanes do not depend on the size: kept across a sweep's sizes
             nodes = members(topology, intra_used == "nvls" and G > 1, fabric)
-            lanes, lag = intra_reduce_scatter(topology, intra_used, layout, 0)
+            rows = nvls_rows(topology) if intra_used == "nvls" and G > 1 else None  # both NVLS stages read them
+            lanes, lag = intra_reduce_scatter(topology, intra_used, layout, 0, rows)
             more, lag = inter_allreduce(topology, inter_used, layout, lag, nodes, trees)
             lanes += more
-            more, lag = intra_allgather(topology, intra_used, layout, lag)
+            more, lag = intra_allgather(topology, intra_used, layout, lag, rows)
             return nodes, lanes + more
 
         nodes, lanes = memo(topology, ("hierarchical", intra_used, inter_used, layout.sub), stages)

@@ -25,6 +25,8 @@ domain: a multi-domain cluster needs `hierarchical` or `nvls_tree`.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from collectives.registry import register
@@ -35,43 +37,70 @@ from ._pipeline import Lane, lane, memo, pipelined_phase
 from ._uneven import serves_uneven
 
 
-def _domain_rows(gpus: np.ndarray, switches: np.ndarray):
-    """(GPU members flat, their switch, their local index) of (D, N) GPU members and (D,) switch members."""
+class DomainRows(NamedTuple):
+    """The member arrays the NVLS stages' lanes read, made once for (D, N) GPU members and (D,) switch members
+    and shared by the lanes of every stage built from them (lanes are only read)."""
+
+    switches: np.ndarray  # (D,) switch members
+    flat: np.ndarray  # the GPU members, domain by domain
+    switch_of: np.ndarray  # per flat GPU: its domain's switch
+    local: np.ndarray  # per flat GPU: its index in its domain
+    columns: np.ndarray  # (N, D): row j is GPU j of every domain (contiguous, as a lane keeps its members)
+
+
+def domain_rows(gpus: np.ndarray, switches: np.ndarray) -> DomainRows:
+    """DomainRows of (D, N) GPU members `gpus` and (D,) switch members `switches`."""
+    gpus = np.asarray(gpus, np.int64)
     D, N = gpus.shape
-    return gpus.ravel(), np.repeat(switches, N), np.tile(np.arange(N, dtype=np.int64), D)
+    switches = np.asarray(switches, np.int64)
+    return DomainRows(switches, gpus.ravel(), np.repeat(switches, N), np.tile(np.arange(N, dtype=np.int64), D),
+                      np.ascontiguousarray(gpus.T))
 
 
-def reduce_lanes(gpus, switches, lag: int, piece) -> list[Lane]:
-    """Every GPU sends `piece(k)` to its switch, which reduce-receives the N copies in the same round."""
-    flat, sw, _ = _domain_rows(gpus, switches)
+def _lags(lag: int, n: int) -> np.ndarray:
+    """Every member's lag, one array for the lanes of a stage (as lane() writes out a scalar lag)."""
+    return np.full(n, lag, np.int64)
+
+
+def reduce_lanes(gpus, switches, lag: int, piece, rows: DomainRows | None = None) -> list[Lane]:
+    """Every GPU sends `piece(k)` to its switch, which reduce-receives the N copies in the same round. `rows`:
+    domain_rows(gpus, switches), where the caller builds several stages over them."""
+    r = domain_rows(gpus, switches) if rows is None else rows
     whole = lambda k, at: piece(k)  # noqa: E731  (every member moves the same chunk range)
-    lanes = [lane(send, flat, sw, lag, whole)]
-    lanes += [lane(recv if i == 0 else recv_reduce, switches, gpus[:, i], lag, whole) for i in range(gpus.shape[1])]
+    lanes = [lane(send, r.flat, r.switch_of, _lags(lag, r.flat.size), whole)]
+    at_switch = _lags(lag, r.switches.size)
+    lanes += [lane(recv if i == 0 else recv_reduce, r.switches, column, at_switch, whole)
+              for i, column in enumerate(r.columns)]
     return lanes
 
 
-def scatter_lanes(gpus, switches, lag: int, part) -> list[Lane]:
+def scatter_lanes(gpus, switches, lag: int, part, rows: DomainRows | None = None) -> list[Lane]:
     """The switch sends GPU j its part `part(k, j)` of piece k; GPU j stores it."""
-    flat, sw, local = _domain_rows(gpus, switches)
-    lanes = [lane(send, switches, gpus[:, i], lag, lambda k, at, i=i: part(k, i)) for i in range(gpus.shape[1])]
-    lanes.append(lane(recv, flat, sw, lag, lambda k, at: part(k, local[at])))
+    r = domain_rows(gpus, switches) if rows is None else rows
+    at_switch = _lags(lag, r.switches.size)
+    lanes = [lane(send, r.switches, column, at_switch, lambda k, at, i=i: part(k, i))
+             for i, column in enumerate(r.columns)]
+    lanes.append(lane(recv, r.flat, r.switch_of, _lags(lag, r.flat.size), lambda k, at: part(k, r.local[at])))
     return lanes
 
 
-def gather_lanes(gpus, switches, lag: int, part) -> list[Lane]:
+def gather_lanes(gpus, switches, lag: int, part, rows: DomainRows | None = None) -> list[Lane]:
     """GPU j sends its part `part(k, j)` to the switch, which stores every GPU's part."""
-    flat, sw, local = _domain_rows(gpus, switches)
-    lanes = [lane(send, flat, sw, lag, lambda k, at: part(k, local[at]))]
-    lanes += [lane(recv, switches, gpus[:, i], lag, lambda k, at, i=i: part(k, i)) for i in range(gpus.shape[1])]
+    r = domain_rows(gpus, switches) if rows is None else rows
+    lanes = [lane(send, r.flat, r.switch_of, _lags(lag, r.flat.size), lambda k, at: part(k, r.local[at]))]
+    at_switch = _lags(lag, r.switches.size)
+    lanes += [lane(recv, r.switches, column, at_switch, lambda k, at, i=i: part(k, i))
+              for i, column in enumerate(r.columns)]
     return lanes
 
 
-def multicast_lanes(gpus, switches, lag: int, piece) -> list[Lane]:
+def multicast_lanes(gpus, switches, lag: int, piece, rows: DomainRows | None = None) -> list[Lane]:
     """The switch sends `piece(k)` to every GPU of its domain (one multicast: every GPU, the senders' too)."""
-    flat, sw, _ = _domain_rows(gpus, switches)
+    r = domain_rows(gpus, switches) if rows is None else rows
     whole = lambda k, at: piece(k)  # noqa: E731
-    lanes = [lane(send, switches, gpus[:, i], lag, whole) for i in range(gpus.shape[1])]
-    lanes.append(lane(recv, flat, sw, lag, whole))
+    at_switch = _lags(lag, r.switches.size)
+    lanes = [lane(send, r.switches, column, at_switch, whole) for column in r.columns]
+    lanes.append(lane(recv, r.flat, r.switch_of, _lags(lag, r.flat.size), whole))
     return lanes
 
 
@@ -106,9 +135,13 @@ def nvls_phase(collective: str, topology, work: int, pieces: int):
         table = ChunkTable.whole(work, pieces, n, groups=1)
         piece = lambda k: (k * n, n)  # noqa: E731
         part = lambda k, j: (k * n + j, 1)  # noqa: E731
-        lanes = memo(topology, ("nvls allreduce",), lambda: reduce_lanes(gpus, switches, 0, piece) +
-                     scatter_lanes(gpus, switches, 1, part) + gather_lanes(gpus, switches, 2, part) +
-                     multicast_lanes(gpus, switches, 3, piece))
+
+        def allreduce_lanes():
+            rows = domain_rows(gpus, switches)
+            return reduce_lanes(gpus, switches, 0, piece, rows) + scatter_lanes(gpus, switches, 1, part, rows) + \
+                gather_lanes(gpus, switches, 2, part, rows) + multicast_lanes(gpus, switches, 3, piece, rows)
+
+        lanes = memo(topology, ("nvls allreduce",), allreduce_lanes)
         return pipelined_phase("NVLS allreduce", nodes, table, lanes, pieces, piece_invariant=True)
     table = ChunkTable.whole(work, n, pieces)  # slice j: every domain's GPU j (the same range in every domain)
     piece, part = slice_part(n, pieces)
@@ -155,5 +188,5 @@ def _channels(topology) -> dict:
     return {"channels": rt.nvls_channels} if rt is not None else {}
 
 
-__all__ = ["gather_lanes", "multicast_lanes", "nvls_members", "nvls_phase", "reduce_lanes", "scatter_lanes",
-           "slice_part"]
+__all__ = ["DomainRows", "domain_rows", "gather_lanes", "multicast_lanes", "nvls_members", "nvls_phase",
+           "reduce_lanes", "scatter_lanes", "slice_part"]

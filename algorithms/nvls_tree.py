@@ -30,7 +30,7 @@ from ._innetwork import check_topology, fallback_schedule, finish, itemsize, run
 from ._pipeline import memo, pipelined_phase
 from ._uneven import serves_uneven
 from .double_binary_tree import double_binary_tree, tree_lanes
-from .nvls import gather_lanes, multicast_lanes, reduce_lanes, scatter_lanes
+from .nvls import domain_rows, gather_lanes, multicast_lanes, reduce_lanes, scatter_lanes
 
 
 @register("nvls_tree", ("allreduce",), needs_topology=True,
@@ -59,7 +59,9 @@ def build_nvls_tree(collective: str, world_size: int, count: int, *, root=None, 
         lanes = []
         lag = 0
         if G > 1:  # reduce-scatter by the switch: GPU j ends with shard j
-            lanes += reduce_lanes(gpus, switches, 0, shards.piece) + scatter_lanes(gpus, switches, 1, shards.shard)
+            rows = domain_rows(gpus, switches)  # the member arrays both NVLS stages read
+            lanes += reduce_lanes(gpus, switches, 0, shards.piece, rows) + \
+                scatter_lanes(gpus, switches, 1, shards.shard, rows)
             lag = 2
         if D > 1:  # shard j over inter group j: tree b of the domains carries half b
             trees = double_binary_tree(D)
@@ -68,8 +70,8 @@ def build_nvls_tree(collective: str, world_size: int, count: int, *, root=None, 
                 lanes += tree_lanes(tree, gpus.T, lambda k, j, b=b: shards.part(k, j, b), lag, height=H)
             lag += 2 * H
         if G > 1:  # allgather by the switch's multicast
-            lanes += gather_lanes(gpus, switches, lag, shards.shard) + \
-                multicast_lanes(gpus, switches, lag + 1, shards.piece)
+            lanes += gather_lanes(gpus, switches, lag, shards.shard, rows) + \
+                multicast_lanes(gpus, switches, lag + 1, shards.piece, rows)
         return members(topology, G > 1), lanes
 
     nodes, lanes = memo(topology, ("nvls_tree",), stages)

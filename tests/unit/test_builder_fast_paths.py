@@ -436,3 +436,38 @@ def test_allreduce_lanes_are_the_climb_and_descent(name, size):
         for lag, multicast in ((0, True), (2, False)):
             assert _same_lanes(allreduce_lanes(forest, data, lag, multicast=multicast),
                                climb_lanes(forest, data, lag) + descent_lanes(forest, data, lag, multicast=multicast))
+
+
+@pytest.mark.parametrize("name,size", [("gb200-nvl72", {"racks": 3, "gpus_per_domain": 4}),
+                                       ("dgx-h100", {"nodes": 8}), ("dgx-h100", {"domain_sizes": [3, 2]})])
+def test_nvls_lanes_over_shared_rows_are_the_lanes_over_columns(name, size):
+    """The NVLS stages' lanes over shared member arrays (nvls.domain_rows: one transposed copy of the GPUs, one
+    lags array per stage) are the lanes of each GPU column and a scalar lag, as lane() writes them out."""
+    from collectives.algorithms import nvls
+    from collectives.algorithms._pipeline import lane
+
+    from collectives.schedule import recv, recv_reduce, send
+
+    topo = preset(name, **size)
+    gpus = topo.domain_groups()
+    D, N = gpus.shape
+    switches = topo.world_size + np.arange(D, dtype=np.int64)
+    flat, switch_of, local = gpus.ravel(), np.repeat(switches, N), np.tile(np.arange(N), D)
+    piece = lambda k: (k * N, N)  # noqa: E731
+    part = lambda k, j: (k * N + j, 1)  # noqa: E731
+    whole = lambda k, at: piece(k)  # noqa: E731
+    to_switch = [lane(recv if i == 0 else recv_reduce, switches, gpus[:, i], 2, whole) for i in range(N)]
+    want = {
+        "reduce_lanes": [lane(send, flat, switch_of, 2, whole)] + to_switch,
+        "scatter_lanes": [lane(send, switches, gpus[:, i], 2, lambda k, at, i=i: part(k, i)) for i in range(N)] +
+        [lane(recv, flat, switch_of, 2, lambda k, at: part(k, local[at]))],
+        "gather_lanes": [lane(send, flat, switch_of, 2, lambda k, at: part(k, local[at]))] +
+        [lane(recv, switches, gpus[:, i], 2, lambda k, at, i=i: part(k, i)) for i in range(N)],
+        "multicast_lanes": [lane(send, switches, gpus[:, i], 2, whole) for i in range(N)] +
+        [lane(recv, flat, switch_of, 2, whole)],
+    }
+    rows = nvls.domain_rows(gpus, switches)
+    for builder, lanes in want.items():
+        arg = piece if builder in ("reduce_lanes", "multicast_lanes") else part
+        assert _same_lanes(getattr(nvls, builder)(gpus, switches, 2, arg, rows), lanes)
+        assert _same_lanes(getattr(nvls, builder)(gpus, switches, 2, arg), lanes)

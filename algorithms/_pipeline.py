@@ -331,13 +331,17 @@ def pipelined_phase(name: str, nodes: np.ndarray, table: ChunkTable, lanes: list
         """Every lane's messages at once, with each member's lag (piece 0's chunk counts): what a round of the
         steady state moves, stage by stage, for the analytic simulator's bulk costing of huge pipelines."""
         out = []
+        # piece 0 and the positions of every lane's members: slices of one read-only pair (no fresh pair per lane)
+        widest = max((ln.size for ln in lanes), default=0)
+        piece_zero, positions = np.zeros(widest, np.int64), np.arange(widest, dtype=np.int64)
+        piece_zero.flags.writeable = positions.flags.writeable = False
         for ln in lanes:
             if ln.size == 0:
                 continue
-            _, count = ln.chunks(np.zeros(ln.size, np.int64), np.arange(ln.size))
+            _, count = ln.chunks(piece_zero[:ln.size], positions[:ln.size])
+            one_count = np.ndim(count) == 0 and count > 0  # every member moves the same chunks: none left out
             count = np.broadcast_to(count, ln.members.shape)
-            some = count > 0
-            if some.all():  # every member moves chunks (the usual case): the arrays as they are
+            if one_count or bool((some := count > 0).all()):  # every member moves chunks (the usual case)
                 out.append((ln.kind(-1, 0).kind, ln.members, ln.peers, ln.lags, count))
                 continue
             out.append((ln.kind(-1, 0).kind, ln.members[some], ln.peers[some], ln.lags[some], count[some]))

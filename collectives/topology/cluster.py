@@ -63,6 +63,13 @@ class RankLocation(NamedTuple):
     nvswitch: np.ndarray  # node id of the domain's switch
 
 
+def _strings(labels: list[str]) -> np.ndarray:
+    """`labels` as an object array of the str objects themselves (numpy would make a list of str a unicode
+    array, whose elements read back as np.str_)."""
+    out = np.empty(len(labels), object)
+    out[:] = labels
+    return out
+
 
 class Cluster(ClusterLinks, ClusterSharpTrees, Topology):
     """A cluster built from a `ClusterSpec` (see the module docstring for the model)."""
@@ -399,30 +406,44 @@ class Cluster(ClusterLinks, ClusterSharpTrees, Topology):
         return f"{name}[{rail}pod {X}, {Y}]"
 
     def node_labels(self, nodes: object) -> dict[int, str]:
-        """{node: node_label(node)}, with the fabric switches' addresses computed at once."""
+        """{node: node_label(node)} in the order given, each kind of node's labels written by one comprehension
+        (the fabric switches' addresses computed at once, level by level)."""
         arr = np.asarray(nodes, dtype=np.int64).ravel()
-        fab = arr[arr >= self.fabric_base]
-        if self.tree is None or fab.size == 0 or int(fab.max()) >= self.num_nodes:
+        is_fabric = arr >= self.fabric_base
+        if self.tree is None or not is_fabric.any() or int(arr.max()) >= self.num_nodes:
             return {int(n): self.node_label(int(n)) for n in arr.tolist()}
-        out: dict[int, str] = {}
+        labels = np.empty(arr.size, object)
+        rank = (arr >= 0) & (arr < self.world_size)
+        labels[rank] = _strings([f"rank {n}" for n in arr[rank].tolist()])
+        nvswitch = (arr >= self.nvswitch_base) & (arr < self.fabric_base)
+        labels[nvswitch] = _strings([f"nvswitch[domain {d}]" for d in (arr[nvswitch] - self.nvswitch_base).tolist()])
+        labels[is_fabric] = self._fabric_labels(arr[is_fabric])
+        other = np.flatnonzero(~(rank | nvswitch | is_fabric))  # (none from the builders: node_label says)
+        labels[other] = _strings([self.node_label(n) for n in arr[other].tolist()])
+        return dict(zip(arr.tolist(), labels.tolist(), strict=True))
+
+    def _fabric_labels(self, fab: np.ndarray) -> np.ndarray:
+        """node_label of fabric switches `fab` (an object array), level by level."""
         lv, t, i = self._switch_addresses(fab)
-        W = np.asarray(self.tree.W, np.int64)
-        X, Y = np.divmod(i, W[lv])
-        leaf_split = self.blocked and not self.per_rail
-        for n, l_, t_, i_, x, y in zip(fab.tolist(), lv.tolist(), t.tolist(), i.tolist(), X.tolist(), Y.tolist(),
-                                       strict=True):
-            rail = f"rail {t_}, " if self.per_rail else ""
-            if l_ == 1:
-                if leaf_split:
-                    b, j = divmod(i_, self.R)
-                    out[n] = f"leaf[rail {j}, {b}]"
-                else:
-                    out[n] = f"leaf[{rail}{i_}]"
-            elif l_ == self.levels:
-                out[n] = f"{LEVEL_NAMES[l_ - 1]}[{rail}{y}]"
+        out = np.empty(fab.size, object)
+        for level in np.unique(lv).tolist():
+            on = lv == level
+            idx = i[on].tolist()
+            rail = [f"rail {x}, " for x in t[on].tolist()] if self.per_rail else [""] * len(idx)
+            name = LEVEL_NAMES[level - 1]
+            if level == 1 and self.blocked and not self.per_rail:
+                R = self.R
+                labels = [f"leaf[rail {x % R}, {x // R}]" for x in idx]
+            elif level == 1:
+                labels = [f"leaf[{r}{x}]" for r, x in zip(rail, idx, strict=True)]
+            elif level == self.levels:
+                W = int(self.tree.W[level])
+                labels = [f"{name}[{r}{x % W}]" for r, x in zip(rail, idx, strict=True)]
             else:
-                out[n] = f"{LEVEL_NAMES[l_ - 1]}[{rail}pod {x}, {y}]"
-        return {n: out[n] if n in out else self.node_label(n) for n in arr.tolist()}  # in the order given
+                W = int(self.tree.W[level])
+                labels = [f"{name}[{r}pod {x // W}, {x % W}]" for r, x in zip(rail, idx, strict=True)]
+            out[on] = _strings(labels)
+        return out
 
     def _rail(self, rail: int | None) -> int:
         if rail is None or not 0 <= int(rail) < self.R:

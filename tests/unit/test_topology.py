@@ -378,3 +378,19 @@ def test_cli(capsys, tmp_path):
     assert "loopback" in capsys.readouterr().out
     assert topo_cli.main(["loopback", "--set", "nvlink_bandwidth=2e9", "--save", str(tmp_path / "x.json")]) == 0
     assert T.load(tmp_path / "x.json").spec.nvlink_bandwidth == 2e9
+
+
+@pytest.mark.parametrize("name,size", [("gb300-nvl72", {"racks": 8}),
+                                       ("gb200-nvl72", {"racks": 3, "gpus_per_domain": 4}),
+                                       ("dgx-h100", {"nodes": 1024, "rail_fabric": "per-rail"}),
+                                       ("dgx-h100", {"domain_sizes": [3, 2]})])
+def test_node_labels_are_node_label_in_the_order_given(name, size):
+    """Cluster.node_labels writes each kind of node's labels at once: node_label's, node by node, in the order
+    given (every node, a shuffled third of them, the switches only), each a str."""
+    topo = T.preset(name, **size)
+    rng = np.random.default_rng(5)
+    n = topo.num_nodes
+    for nodes in (np.arange(n), rng.permutation(n)[: n // 3], np.arange(topo.world_size, n)):
+        got = topo.node_labels(nodes)
+        assert list(got.items()) == [(int(x), topo.node_label(int(x))) for x in nodes.tolist()]
+        assert all(type(label) is str for label in got.values())

@@ -48,6 +48,11 @@ class Shards:
     def part(self, k, j, b):
         return (k * self.G + j) * self.sub + b, 1
 
+    @property
+    def piece_count(self) -> int:
+        """The chunk count of every piece (piece(k)'s, whatever k)."""
+        return self.G * self.sub
+
 
 def members(topology, nvswitches: bool, fabric: np.ndarray = ()) -> np.ndarray:
     """Node ids of a composed phase's members, increasing: every rank, then (if used) every domain switch, then
@@ -72,14 +77,14 @@ def intra_reduce_scatter(topology, intra: str, layout: Shards, lag: int, rows: D
     (NVLS reduce at `lag`, scatter at lag + 1) or a ring inside the domain (G - 1 steps). (lanes, next lag).
     `rows`: nvls_rows(topology), where the caller has them."""
     G = topology.gpus_per_domain
-    gpus = topology.domain_groups()
     if G == 1:
         return [], lag
     if intra == "nvls":
         r = nvls_rows(topology) if rows is None else rows
-        return reduce_lanes(gpus, r.switches, lag, layout.piece, r) + \
-            scatter_lanes(gpus, r.switches, lag + 1, layout.shard, r), lag + 2
-    return ring_lanes(gpus, lag, lambda k, r, b: layout.shard(k, b), reduce=True), lag + G - 1
+        gpus = r.flat.reshape(r.switches.size, G)  # (domain_groups(), as the rows hold it)
+        return reduce_lanes(gpus, r.switches, lag, layout.piece, r, layout.piece_count) + \
+            scatter_lanes(gpus, r.switches, lag + 1, layout.shard, r, layout.sub), lag + 2
+    return ring_lanes(topology.domain_groups(), lag, lambda k, r, b: layout.shard(k, b), reduce=True), lag + G - 1
 
 
 def intra_allgather(topology, intra: str, layout: Shards, lag: int, rows: DomainRows | None = None
@@ -88,14 +93,15 @@ def intra_allgather(topology, intra: str, layout: Shards, lag: int, rows: Domain
     multicasts the piece (NVLS), or a ring inside the domain. (lanes, next lag). `rows` as for
     intra_reduce_scatter."""
     G = topology.gpus_per_domain
-    gpus = topology.domain_groups()
     if G == 1:
         return [], lag
     if intra == "nvls":
         r = nvls_rows(topology) if rows is None else rows
-        return gather_lanes(gpus, r.switches, lag, layout.shard, r) + \
-            multicast_lanes(gpus, r.switches, lag + 1, layout.piece, r), lag + 2
-    return ring_lanes(gpus, lag, lambda k, r, b: layout.shard(k, b), reduce=False), lag + G - 1
+        gpus = r.flat.reshape(r.switches.size, G)  # (domain_groups(), as the rows hold it)
+        return gather_lanes(gpus, r.switches, lag, layout.shard, r, layout.sub) + \
+            multicast_lanes(gpus, r.switches, lag + 1, layout.piece, r, layout.piece_count), lag + 2
+    return ring_lanes(topology.domain_groups(), lag, lambda k, r, b: layout.shard(k, b), reduce=False), \
+        lag + G - 1
 
 
 def rail_trees(topology) -> list:
@@ -121,7 +127,7 @@ def inter_allreduce(topology, inter: str, layout: Shards, lag: int, nodes: np.nd
     if inter == "sharp":
         forest = build_forest(trees, nodes)
         data = lambda k, v: layout.shard(k, forest.tree[v])  # noqa: E731  (tree j reduces shard j)
-        lanes = allreduce_lanes(forest, data, lag)
+        lanes = allreduce_lanes(forest, data, lag, count=layout.sub)  # (a shard is `sub` chunks)
         return lanes, lag + 2 * int(forest.depth.max())
     trees2 = double_binary_tree(D)
     H = max(int(t.height.max(initial=0)) for t in trees2)

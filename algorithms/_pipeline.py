@@ -55,22 +55,26 @@ class Lane:
     lags: np.ndarray
     chunks: ChunkRange
     period: int = 1  # rounds between pieces (1: a piece per round; k: round lag + k x piece, e.g. a unicast)
+    count: int | None = None  # every member's chunk count in every piece, where the builder knows it is one
+    # number (stages() reads it instead of evaluating `chunks`); None: ask `chunks`
 
     @property
     def size(self) -> int:
         return int(self.members.size)
 
 
-def lane(kind: Callable, members, peers, lags, chunks: ChunkRange, period: int = 1) -> Lane:
+def lane(kind: Callable, members, peers, lags, chunks: ChunkRange, period: int = 1, count: int | None = None
+         ) -> Lane:
     """A lane over `members` (arrays, or scalars broadcast); members whose peer is < 0 are left out. `chunks`
-    is called with positions into the members as given (before members without a peer are dropped)."""
+    is called with positions into the members as given (before members without a peer are dropped). `count`:
+    the chunk count `chunks` gives every member for every piece, where the caller knows it is one number."""
     members, peers, lags = (np.atleast_1d(np.asarray(x, np.int64)) for x in (members, peers, lags))
     if not members.shape == peers.shape == lags.shape:  # (alike shapes: broadcasting gives the arrays as given)
         members, peers, lags = np.broadcast_arrays(members, peers, lags)
     if bool((peers >= 0).all()) and (members.size < 2 or bool((members[1:] >= members[:-1]).all())):
         # every member kept, already in order (most lanes): the arrays as given (broadcast ones written out)
         members, peers, lags = (np.ascontiguousarray(x) for x in (members, peers, lags))
-        return Lane(kind, members, peers, lags, chunks, int(period))
+        return Lane(kind, members, peers, lags, chunks, int(period), count)
     keep = np.flatnonzero(peers >= 0)
     kept = members[keep]
     # the members in increasing order (stable); most lanes list them so already, which a check sees in one pass
@@ -79,7 +83,7 @@ def lane(kind: Callable, members, peers, lags, chunks: ChunkRange, period: int =
     def remapped(piece, at, order=order):
         return chunks(piece, order[at])
 
-    return Lane(kind, members[order], peers[order], lags[order], remapped, int(period))
+    return Lane(kind, members[order], peers[order], lags[order], remapped, int(period), count)
 
 
 def _member_order(members: np.ndarray) -> np.ndarray:
@@ -331,12 +335,16 @@ def pipelined_phase(name: str, nodes: np.ndarray, table: ChunkTable, lanes: list
         """Every lane's messages at once, with each member's lag (piece 0's chunk counts): what a round of the
         steady state moves, stage by stage, for the analytic simulator's bulk costing of huge pipelines."""
         out = []
-        # piece 0 and the positions of every lane's members: slices of one read-only pair (no fresh pair per lane)
-        widest = max((ln.size for ln in lanes), default=0)
+        # piece 0 and the positions of the members of every lane without one count: slices of one read-only pair
+        widest = max((ln.size for ln in lanes if ln.count is None or ln.count <= 0), default=0)
         piece_zero, positions = np.zeros(widest, np.int64), np.arange(widest, dtype=np.int64)
         piece_zero.flags.writeable = positions.flags.writeable = False
         for ln in lanes:
             if ln.size == 0:
+                continue
+            if ln.count is not None and ln.count > 0:  # every member moves the lane's one count: none left out
+                out.append((ln.kind(-1, 0).kind, ln.members, ln.peers, ln.lags,
+                            np.broadcast_to(ln.count, ln.members.shape)))
                 continue
             _, count = ln.chunks(piece_zero[:ln.size], positions[:ln.size])
             one_count = np.ndim(count) == 0 and count > 0  # every member moves the same chunks: none left out

@@ -62,45 +62,52 @@ def _lags(lag: int, n: int) -> np.ndarray:
     return np.full(n, lag, np.int64)
 
 
-def reduce_lanes(gpus, switches, lag: int, piece, rows: DomainRows | None = None) -> list[Lane]:
+def reduce_lanes(gpus, switches, lag: int, piece, rows: DomainRows | None = None,
+                 count: int | None = None) -> list[Lane]:
     """Every GPU sends `piece(k)` to its switch, which reduce-receives the N copies in the same round. `rows`:
-    domain_rows(gpus, switches), where the caller builds several stages over them."""
+    domain_rows(gpus, switches), where the caller builds several stages over them; `count`: the chunk count of
+    every piece (or part, in the stages that move parts), where the caller knows it is one number."""
     r = domain_rows(gpus, switches) if rows is None else rows
     whole = lambda k, at: piece(k)  # noqa: E731  (every member moves the same chunk range)
-    lanes = [lane(send, r.flat, r.switch_of, _lags(lag, r.flat.size), whole)]
+    lanes = [lane(send, r.flat, r.switch_of, _lags(lag, r.flat.size), whole, count=count)]
     at_switch = _lags(lag, r.switches.size)
-    lanes += [lane(recv if i == 0 else recv_reduce, r.switches, column, at_switch, whole)
+    lanes += [lane(recv if i == 0 else recv_reduce, r.switches, column, at_switch, whole, count=count)
               for i, column in enumerate(r.columns)]
     return lanes
 
 
-def scatter_lanes(gpus, switches, lag: int, part, rows: DomainRows | None = None) -> list[Lane]:
+def scatter_lanes(gpus, switches, lag: int, part, rows: DomainRows | None = None,
+                  count: int | None = None) -> list[Lane]:
     """The switch sends GPU j its part `part(k, j)` of piece k; GPU j stores it."""
     r = domain_rows(gpus, switches) if rows is None else rows
     at_switch = _lags(lag, r.switches.size)
-    lanes = [lane(send, r.switches, column, at_switch, lambda k, at, i=i: part(k, i))
+    lanes = [lane(send, r.switches, column, at_switch, lambda k, at, i=i: part(k, i), count=count)
              for i, column in enumerate(r.columns)]
-    lanes.append(lane(recv, r.flat, r.switch_of, _lags(lag, r.flat.size), lambda k, at: part(k, r.local[at])))
+    lanes.append(lane(recv, r.flat, r.switch_of, _lags(lag, r.flat.size), lambda k, at: part(k, r.local[at]),
+                      count=count))
     return lanes
 
 
-def gather_lanes(gpus, switches, lag: int, part, rows: DomainRows | None = None) -> list[Lane]:
+def gather_lanes(gpus, switches, lag: int, part, rows: DomainRows | None = None,
+                 count: int | None = None) -> list[Lane]:
     """GPU j sends its part `part(k, j)` to the switch, which stores every GPU's part."""
     r = domain_rows(gpus, switches) if rows is None else rows
-    lanes = [lane(send, r.flat, r.switch_of, _lags(lag, r.flat.size), lambda k, at: part(k, r.local[at]))]
+    lanes = [lane(send, r.flat, r.switch_of, _lags(lag, r.flat.size), lambda k, at: part(k, r.local[at]),
+                  count=count)]
     at_switch = _lags(lag, r.switches.size)
-    lanes += [lane(recv, r.switches, column, at_switch, lambda k, at, i=i: part(k, i))
+    lanes += [lane(recv, r.switches, column, at_switch, lambda k, at, i=i: part(k, i), count=count)
               for i, column in enumerate(r.columns)]
     return lanes
 
 
-def multicast_lanes(gpus, switches, lag: int, piece, rows: DomainRows | None = None) -> list[Lane]:
+def multicast_lanes(gpus, switches, lag: int, piece, rows: DomainRows | None = None,
+                    count: int | None = None) -> list[Lane]:
     """The switch sends `piece(k)` to every GPU of its domain (one multicast: every GPU, the senders' too)."""
     r = domain_rows(gpus, switches) if rows is None else rows
     whole = lambda k, at: piece(k)  # noqa: E731
     at_switch = _lags(lag, r.switches.size)
-    lanes = [lane(send, r.switches, column, at_switch, whole) for column in r.columns]
-    lanes.append(lane(recv, r.flat, r.switch_of, _lags(lag, r.flat.size), whole))
+    lanes = [lane(send, r.switches, column, at_switch, whole, count=count) for column in r.columns]
+    lanes.append(lane(recv, r.flat, r.switch_of, _lags(lag, r.flat.size), whole, count=count))
     return lanes
 
 
@@ -138,8 +145,9 @@ def nvls_phase(collective: str, topology, work: int, pieces: int):
 
         def allreduce_lanes():
             rows = domain_rows(gpus, switches)
-            return reduce_lanes(gpus, switches, 0, piece, rows) + scatter_lanes(gpus, switches, 1, part, rows) + \
-                gather_lanes(gpus, switches, 2, part, rows) + multicast_lanes(gpus, switches, 3, piece, rows)
+            return reduce_lanes(gpus, switches, 0, piece, rows, n) + \
+                scatter_lanes(gpus, switches, 1, part, rows, 1) + gather_lanes(gpus, switches, 2, part, rows, 1) + \
+                multicast_lanes(gpus, switches, 3, piece, rows, n)
 
         lanes = memo(topology, ("nvls allreduce",), allreduce_lanes)
         return pipelined_phase("NVLS allreduce", nodes, table, lanes, pieces, piece_invariant=True)

@@ -60,8 +60,8 @@ def build_nvls_tree(collective: str, world_size: int, count: int, *, root=None, 
         lag = 0
         if G > 1:  # reduce-scatter by the switch: GPU j ends with shard j
             rows = domain_rows(gpus, switches)  # the member arrays both NVLS stages read
-            lanes += reduce_lanes(gpus, switches, 0, shards.piece, rows) + \
-                scatter_lanes(gpus, switches, 1, shards.shard, rows)
+            lanes += reduce_lanes(gpus, switches, 0, shards.piece, rows, shards.piece_count) + \
+                scatter_lanes(gpus, switches, 1, shards.shard, rows, shards.sub)
             lag = 2
         if D > 1:  # shard j over inter group j: tree b of the domains carries half b
             trees = double_binary_tree(D)
@@ -70,8 +70,8 @@ def build_nvls_tree(collective: str, world_size: int, count: int, *, root=None, 
                 lanes += tree_lanes(tree, gpus.T, lambda k, j, b=b: shards.part(k, j, b), lag, height=H)
             lag += 2 * H
         if G > 1:  # allgather by the switch's multicast
-            lanes += gather_lanes(gpus, switches, lag, shards.shard, rows) + \
-                multicast_lanes(gpus, switches, lag + 1, shards.piece, rows)
+            lanes += gather_lanes(gpus, switches, lag, shards.shard, rows, shards.sub) + \
+                multicast_lanes(gpus, switches, lag + 1, shards.piece, rows, shards.piece_count)
         return members(topology, G > 1), lanes
 
     nodes, lanes = memo(topology, ("nvls_tree",), stages)

@@ -352,21 +352,24 @@ def _vertex_chunks(data, vertices: np.ndarray):
     return lambda k_, at: data(k_, vertices[at])
 
 
-def _climb(forest: Forest, edges: list[_Edges], data, lag: int, reduce: bool) -> list[Lane]:
+def _climb(forest: Forest, edges: list[_Edges], data, lag: int, reduce: bool, count: int | None = None
+           ) -> list[Lane]:
     lags = lag + forest.level
     lanes = []
     for e in edges:
         # parent side: one lane per (parent slot, child position), the parents in member order
         for i, v, parent_members, child_members in e.by_position:
             lanes.append(lane(recv_reduce if reduce and i > 0 else recv, parent_members, child_members, lags[v],
-                              _vertex_chunks(data, v)))
+                              _vertex_chunks(data, v), count=count))
         # child side: the vertices of the slot send (in member order: the lane's members as given)
         if e.children.size:
-            lanes.append(lane(send, e.members, e.parents, lags[e.children], _vertex_chunks(data, e.children)))
+            lanes.append(lane(send, e.members, e.parents, lags[e.children], _vertex_chunks(data, e.children),
+                              count=count))
     return lanes
 
 
-def _descent(forest: Forest, edges: list[_Edges], data, lag: int, multicast: bool) -> list[Lane]:
+def _descent(forest: Forest, edges: list[_Edges], data, lag: int, multicast: bool, count: int | None = None
+             ) -> list[Lane]:
     f = forest
     L = f.top()
     if multicast:
@@ -377,10 +380,10 @@ def _descent(forest: Forest, edges: list[_Edges], data, lag: int, multicast: boo
     lanes = []
     for e in edges:
         for _, v, parent_members, child_members in e.by_position:
-            lanes.append(lane(send, parent_members, child_members, lags[v], _vertex_chunks(data, v), period))
+            lanes.append(lane(send, parent_members, child_members, lags[v], _vertex_chunks(data, v), period, count))
         if e.children.size:  # (in member order: the lane's members as given)
             lanes.append(lane(recv, e.members, e.parents, lags[e.children], _vertex_chunks(data, e.children),
-                              period))
+                              period, count))
     return lanes
 
 
@@ -401,11 +404,13 @@ def descent_lanes(forest: Forest, data, lag: int = 0, multicast: bool = True, sk
                     multicast)
 
 
-def allreduce_lanes(forest: Forest, data, lag: int = 0, multicast: bool = True) -> list[Lane]:
+def allreduce_lanes(forest: Forest, data, lag: int = 0, multicast: bool = True, count: int | None = None
+                    ) -> list[Lane]:
     """climb_lanes(forest, data, lag) + descent_lanes(forest, data, lag, multicast): the same lanes, the edges
-    found once and their member arrays shared by the lanes up and down an edge (lanes are only read)."""
+    found once and their member arrays shared by the lanes up and down an edge (lanes are only read). `count`:
+    the chunk count `data` gives every vertex for every piece, where the caller knows it is one number."""
     edges = _edges(forest, forest.parent >= 0)
-    return _climb(forest, edges, data, lag, True) + _descent(forest, edges, data, lag, multicast)
+    return _climb(forest, edges, data, lag, True, count) + _descent(forest, edges, data, lag, multicast, count)
 
 
 def path_to(forest: Forest, rank: int) -> np.ndarray:

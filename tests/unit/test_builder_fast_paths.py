@@ -471,3 +471,31 @@ def test_nvls_lanes_over_shared_rows_are_the_lanes_over_columns(name, size):
         arg = piece if builder in ("reduce_lanes", "multicast_lanes") else part
         assert _same_lanes(getattr(nvls, builder)(gpus, switches, 2, arg, rows), lanes)
         assert _same_lanes(getattr(nvls, builder)(gpus, switches, 2, arg), lanes)
+
+
+@pytest.mark.parametrize("algorithm,params", [("hierarchical", {}), ("hierarchical", {"inter": "double_binary_tree"}),
+                                              ("nvls_tree", {}), ("nvls", {}), ("collnet_direct", {})])
+def test_a_lanes_declared_count_is_its_chunk_count(algorithm, params):
+    """A lane built with one chunk count (Lane.count, which _pipeline's stages() reads instead of the chunk
+    ranges) gives that count to every member for every piece, and stages() lists what the chunk ranges say."""
+    from collectives.registry import build
+
+    topo = preset("dgx-h100", nodes=1) if algorithm == "nvls" else preset("gb200-nvl72", racks=4, gpus_per_domain=4)
+    sched = build(algorithm, collective="allreduce", world_size=topo.world_size, count=1 << 16, topology=topo,
+                  chunks=5, **params)
+    declared = 0
+    for phase in sched.phases:
+        info = getattr(phase.rounds[0].slots, "pipeline", None)
+        if info is None:
+            continue
+        for ln in info["lanes"]:
+            at = np.arange(ln.size)
+            for piece in range(5):
+                _, count = ln.chunks(np.full(ln.size, piece), at)
+                if ln.count is not None:
+                    declared += 1
+                    assert np.all(np.broadcast_to(count, at.shape) == ln.count)
+        for stage, ln in zip(info["stages"](), [x for x in info["lanes"] if x.size], strict=True):
+            _, want = ln.chunks(np.zeros(ln.size, np.int64), np.arange(ln.size))
+            assert stage[1] is ln.members and np.array_equal(stage[4], np.broadcast_to(want, ln.members.shape))
+    assert declared or algorithm == "collnet_direct"

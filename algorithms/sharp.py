@@ -134,7 +134,8 @@ def _disjoint_tree_vertices(trees: list) -> _Disjoint | None:
     where every switch lists them in vertex order (the ranks in rank order, the switches as their level lists
     them). None where a node is in two trees or listed twice (the tables would have to tell them apart), a
     switch lists a child of another tree, or the ids are sparse."""
-    node = np.concatenate([x for t in trees for x in [t.ranks] + [lv.switches for lv in t.levels]]).astype(np.int64)
+    node = np.concatenate([x for t in trees for x in [t.ranks] + [lv.switches for lv in t.levels]]).astype(
+        np.int64, copy=False)
     if not node.size or int(node.min()) < 0 or int(node.max()) >= 4 * node.size + 1024:
         return None
     top = int(node.max()) + 1
@@ -145,8 +146,9 @@ def _disjoint_tree_vertices(trees: list) -> _Disjoint | None:
         return None
     sizes = [t.ranks.size + sum(lv.switches.size for lv in t.levels) for t in trees]
     tree = np.repeat(np.arange(len(trees), dtype=np.int64), sizes)
-    level = np.concatenate([x for t in trees for x in [np.zeros(t.ranks.size, np.int64)] +
-                            [np.full(lv.switches.size, lv.level, np.int64) for lv in t.levels]])
+    # each tree's ranks (level 0), then its levels' switches: one run of vertices per (tree, level)
+    level = np.repeat(np.array([x for t in trees for x in [0] + [lv.level for lv in t.levels]], np.int64),
+                      [x for t in trees for x in [t.ranks.size] + [lv.switches.size for lv in t.levels]])
     levels = [lv for t in trees for lv in t.levels]
     none = np.zeros(0, np.int64)
     if levels:
@@ -160,7 +162,8 @@ def _disjoint_tree_vertices(trees: list) -> _Disjoint | None:
         row_start = np.cumsum(width) - width
         before = np.where(row_start > 0, count[np.maximum(row_start - 1, 0)], 0)
         column = count - 1 - np.repeat(before, width)
-        child, owner, column = child[listed], owner[listed], column[listed]
+        if not bool(listed.all()):  # (no padding, as in gb300-nvl72's rail trees: nothing to drop)
+            child, owner, column = child[listed], owner[listed], column[listed]
     else:
         child = owner = column = none
     parent = np.full(node.size, -1, np.int64)

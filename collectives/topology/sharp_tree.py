@@ -49,16 +49,26 @@ class SharpTree:
         return out
 
 
+def _increasing(x: np.ndarray, strictly: bool) -> bool:
+    return x.size < 2 or bool((x[1:] > x[:-1]).all() if strictly else (x[1:] >= x[:-1]).all())
+
+
 def _sorted_unique(x: np.ndarray) -> np.ndarray:
-    """np.unique by sorting (numpy's hash-based unique is slow on large int arrays)."""
+    """np.unique by sorting (numpy's hash-based unique is slow on large int arrays); x itself where it is
+    strictly increasing already (a rail's ranks), copied."""
+    if _increasing(x, strictly=True):
+        return x.copy()
     x = np.sort(x)
     return x[np.concatenate(([True], x[1:] != x[:-1]))] if x.size else x
 
 
 def _grouped(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Unique keys (sorted) and a (K, max count) array of their values, -1 padded; value order preserved."""
-    order = np.argsort(keys, kind="stable")
-    k, v = keys[order], values[order]
+    if _increasing(keys, strictly=False):  # (a tree's ranks by leaf, mostly): the stable sort's order as given
+        k, v = keys, values
+    else:
+        order = np.argsort(keys, kind="stable")
+        k, v = keys[order], values[order]
     start = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1]))) if k.size else np.zeros(0, np.int64)
     uniq = k[start]
     counts = np.diff(np.append(start, k.size))

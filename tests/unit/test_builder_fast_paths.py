@@ -499,3 +499,19 @@ def test_a_lanes_declared_count_is_its_chunk_count(algorithm, params):
             _, want = ln.chunks(np.zeros(ln.size, np.int64), np.arange(ln.size))
             assert stage[1] is ln.members and np.array_equal(stage[4], np.broadcast_to(want, ln.members.shape))
     assert declared or algorithm == "collnet_direct"
+
+
+@pytest.mark.parametrize("name,size", [("gb300-nvl72", {"racks": 8}), ("dgx-h100", {"nodes": 64})])
+def test_a_sharp_tree_over_ranks_in_order_is_the_sorted_one(name, size):
+    """sharp_tree keeps ranks given in increasing order, and leaves' keys in order, without sorting them: the
+    tree of the same ranks given shuffled and with repeats (sorted and grouped by argsort)."""
+    topo = preset(name, **size)
+    rng = np.random.default_rng(7)
+    for g in topo.domain_groups().T[:3]:
+        port = int(topo.rank_rail(int(g[0])))
+        fast = topo.sharp_tree(ranks=g, port=port)
+        general = topo.sharp_tree(ranks=np.r_[rng.permutation(g), g[:5]], port=port)
+        assert np.array_equal(fast.ranks, general.ranks) and fast.ranks.base is None
+        for a, b in zip(fast.levels, general.levels, strict=True):
+            assert a.level == b.level and np.array_equal(a.switches, b.switches)
+            assert np.array_equal(a.children, b.children)

@@ -68,7 +68,7 @@ def lane(kind: Callable, members, peers, lags, chunks: ChunkRange, period: int =
     """A lane over `members` (arrays, or scalars broadcast); members whose peer is < 0 are left out. `chunks`
     is called with positions into the members as given (before members without a peer are dropped). `count`:
     the chunk count `chunks` gives every member for every piece, where the caller knows it is one number."""
-    members, peers, lags = (np.atleast_1d(np.asarray(x, np.int64)) for x in (members, peers, lags))
+    members, peers, lags = _vector(members), _vector(peers), _vector(lags)
     if not members.shape == peers.shape == lags.shape:  # (alike shapes: broadcasting gives the arrays as given)
         members, peers, lags = np.broadcast_arrays(members, peers, lags)
     if bool((peers >= 0).all()) and (members.size < 2 or bool((members[1:] >= members[:-1]).all())):
@@ -84,6 +84,13 @@ def lane(kind: Callable, members, peers, lags, chunks: ChunkRange, period: int =
         return chunks(piece, order[at])
 
     return Lane(kind, members[order], peers[order], lags[order], remapped, int(period), count)
+
+
+def _vector(x) -> np.ndarray:
+    """np.atleast_1d(np.asarray(x, np.int64)): an int64 vector as it is (most lanes' arrays), without the calls."""
+    if type(x) is np.ndarray and x.dtype == np.int64 and x.ndim == 1:
+        return x
+    return np.atleast_1d(np.asarray(x, np.int64))
 
 
 def _member_order(members: np.ndarray) -> np.ndarray:

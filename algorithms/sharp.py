@@ -157,12 +157,14 @@ def _disjoint_tree_vertices(trees: list) -> _Disjoint | None:
         width = np.repeat([np.shape(lv.children)[1] for lv in levels], [np.size(lv.switches) for lv in levels])
         owner = np.repeat(np.concatenate([np.asarray(lv.switches, np.int64) for lv in levels]), width)
         listed = child >= 0
-        # each child's column among its switch's listed children: the listed ones counted along the rows
-        count = np.cumsum(listed)
         row_start = np.cumsum(width) - width
-        before = np.where(row_start > 0, count[np.maximum(row_start - 1, 0)], 0)
-        column = count - 1 - np.repeat(before, width)
-        if not bool(listed.all()):  # (no padding, as in gb300-nvl72's rail trees: nothing to drop)
+        if bool(listed.all()):  # no padding (gb300-nvl72's rail trees): a child's column is its place in its row
+            column = np.arange(child.size, dtype=np.int64) - np.repeat(row_start, width)
+        else:
+            # each child's column among its switch's listed children: the listed ones counted along the rows
+            count = np.cumsum(listed)
+            before = np.where(row_start > 0, count[np.maximum(row_start - 1, 0)], 0)
+            column = count - 1 - np.repeat(before, width)
             child, owner, column = child[listed], owner[listed], column[listed]
     else:
         child = owner = column = none

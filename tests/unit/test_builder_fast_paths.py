@@ -130,26 +130,28 @@ def test_forest_parents_are_each_trees_parent_map(name, size):
 
 
 @pytest.mark.parametrize("name,size", [("gb200-nvl72", {"racks": 16, "gpus_per_domain": 4}),
-                                       ("gb300-nvl72", {"racks": 8}), ("dgx-h100", {"nodes": 8})])
+                                       ("gb300-nvl72", {"racks": 8}), ("dgx-h100", {"nodes": 8}),
+                                       ("gb200-nvl72", {"racks": 4})])
 def test_forest_of_disjoint_trees_is_the_general_one(monkeypatch, name, size):
     """Rail trees that share no switch (a fat-tree per rail, rail-aligned leaves to the top) are read all at once
     (sharp._disjoint_tree_vertices): the forest the tree-by-tree reading gives, with the members of a phase or
-    its own."""
+    its own; and one tree over every rank (gb200-nvl72's 4 racks pad a level's lists of children)."""
     from collectives.algorithms import sharp
 
     topo = preset(name, **size)
-    trees = [topo.sharp_tree(ranks=g, port=int(topo.rank_rail(int(g[0])))) for g in topo.domain_groups().T]
-    switches = np.unique(np.concatenate([t.switches for t in trees]))
-    disjoint = sharp._disjoint_tree_vertices(trees) is not None
-    assert disjoint == (switches.size == sum(t.switches.size for t in trees))
-    for nodes in (None, np.concatenate([np.arange(topo.world_size), topo.nvswitches(), switches])):
-        fast = build_forest(trees, nodes)
-        with monkeypatch.context() as m:
-            m.setattr(sharp, "_disjoint_tree_vertices", lambda trees: None)
-            general = build_forest(trees, nodes)
-        for field in fast.__dataclass_fields__:
-            a, b = getattr(fast, field), getattr(general, field)
-            assert a.dtype == b.dtype and np.array_equal(a, b), field
+    rails = [topo.sharp_tree(ranks=g, port=int(topo.rank_rail(int(g[0])))) for g in topo.domain_groups().T]
+    for trees in (rails, [topo.sharp_tree()]):
+        switches = np.unique(np.concatenate([t.switches for t in trees]))
+        disjoint = sharp._disjoint_tree_vertices(trees) is not None
+        assert disjoint == (switches.size == sum(t.switches.size for t in trees))
+        for nodes in (None, np.concatenate([np.arange(topo.world_size), topo.nvswitches(), switches])):
+            fast = build_forest(trees, nodes)
+            with monkeypatch.context() as m:
+                m.setattr(sharp, "_disjoint_tree_vertices", lambda trees: None)
+                general = build_forest(trees, nodes)
+            for field in fast.__dataclass_fields__:
+                a, b = getattr(fast, field), getattr(general, field)
+                assert a.dtype == b.dtype and np.array_equal(a, b), field
 
 
 def test_disjoint_reading_refuses_what_it_cannot_tell_apart(monkeypatch):

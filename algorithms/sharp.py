@@ -155,7 +155,8 @@ def _disjoint_tree_vertices(trees: list) -> _Disjoint | None:
         # every switch's list of children (one row of its level's table), rows one after another
         child = np.concatenate([np.asarray(lv.children, np.int64).ravel() for lv in levels])
         width = np.repeat([np.shape(lv.children)[1] for lv in levels], [np.size(lv.switches) for lv in levels])
-        owner = np.repeat(np.concatenate([np.asarray(lv.switches, np.int64) for lv in levels]), width)
+        # each child's switch's vertex (a level's switches are tree nodes: each has one), row by row
+        up = np.repeat(vertex_at[np.concatenate([np.asarray(lv.switches, np.int64) for lv in levels])], width)
         listed = child >= 0
         row_start = np.cumsum(width) - width
         if bool(listed.all()):  # no padding (gb300-nvl72's rail trees): a child's column is its place in its row
@@ -165,15 +166,15 @@ def _disjoint_tree_vertices(trees: list) -> _Disjoint | None:
             count = np.cumsum(listed)
             before = np.where(row_start > 0, count[np.maximum(row_start - 1, 0)], 0)
             column = count - 1 - np.repeat(before, width)
-            child, owner, column = child[listed], owner[listed], column[listed]
+            child, up, column = child[listed], up[listed], column[listed]
     else:
-        child = owner = column = none
+        child = up = column = none
     parent = np.full(node.size, -1, np.int64)
     position = np.zeros(node.size, np.int64)
     if child.size:
         if int(child.max()) >= top:
             return None  # a child that is no vertex
-        at, up = vertex_at[child], vertex_at[owner]
+        at = vertex_at[child]
         if not bool((at >= 0).all()) or not np.array_equal(tree[at], tree[up]):
             return None  # a child that is no vertex of its switch's tree (which that tree would not read)
         parent[at] = up

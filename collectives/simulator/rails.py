@@ -63,20 +63,6 @@ class RailRows:
         rows = x[self.lo:self.hi].reshape(-1, self.R) if self.rails_last else x[self.lo:self.hi].reshape(self.R, -1).T
         rows[:, 1:] = rows[:, :1] if value is None else value
 
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(originals, copies, rail 0's) as rail_copies gives them."""
-        index = self.index if self.index is not None else self.laid(np.arange(self.hi, dtype=np.int64))
-        return np.repeat(index[:, 0], self.R - 1), index[:, 1:].ravel(), index[:, 0].copy()
-
-
-def rail_copies(topo, src: np.ndarray, dst: np.ndarray, fields: tuple, receiver_fields: tuple, between: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(originals, copies, rail 0's): of the messages between domains `between` (indices, increasing), those on
-    rails 1.., the rail-0 message each copies, and those on rail 0, where every message between domains is a
-    copy of one on rail 0 moved by its rail (rail_rows); else None."""
-    rows = rail_rows(topo, src, dst, fields, receiver_fields, between)
-    return None if rows is None else rows.arrays()
-
 
 def rail_rows(topo, src: np.ndarray, dst: np.ndarray, fields: tuple, receiver_fields: tuple,
               between: np.ndarray | range) -> RailRows | None:
@@ -221,4 +207,4 @@ def _fabric_rails_alike(topo, rows: RailRows, src: np.ndarray, dst: np.ndarray, 
     return True
 
 
-__all__ = ["RailRows", "rail_copies", "rail_rows"]
+__all__ = ["RailRows", "rail_rows"]

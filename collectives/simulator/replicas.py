@@ -36,7 +36,7 @@ import numpy as np
 from ..topology import TIERS
 from .flows import Hops, flow_hops, path_cache
 from .model import CostRules
-from .rails import RailRows, rail_copies, rail_rows
+from .rails import RailRows, rail_rows
 
 
 @dataclass
@@ -364,7 +364,8 @@ def _fields(messages: np.ndarray, src: np.ndarray, dst: np.ndarray, units: np.nd
             chunks[lo:hi] = units[at]
         if into is not None:
             into[lo:hi] = reduced[to]
-    return [code] + [x for x in (chunks, into) if x is not None and x.size and not float(x.min()) == float(x.max())]
+    # (and one over these messages tells none of their domains apart either)
+    return [code] + [x for x in (chunks, into) if x is not None and x.size and not _one_value(x)]
 
 
 def _between(inside: np.ndarray, n: int) -> np.ndarray | range:
@@ -501,4 +502,4 @@ def replicated_hops(rules: CostRules, flows: tuple, lag: np.ndarray | None = Non
     return flow_hops(rules, flows, cache, share=share), lag.astype(np.int64, copy=False)
 
 
-__all__ = ["RailRows", "Replicas", "domain_replicas", "rail_copies", "rail_rows", "replicated_hops", "whole_numbers"]
+__all__ = ["RailRows", "Replicas", "domain_replicas", "rail_rows", "replicated_hops", "whole_numbers"]

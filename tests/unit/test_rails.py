@@ -1,4 +1,4 @@
-"""Rails as copies of rail 0 (Cluster.rail_link_steps, replicas.rail_copies): on the fabrics where the topology
+"""Rails as copies of rail 0 (Cluster.rail_link_steps, replicas.rail_rows): on the fabrics where the topology
 says so, a message between domains on rail j takes rail 0's path moved by j steps per level, over links no other
 rail uses; the analytic model then costs rail 0's messages between domains for every rail, with the same figures
 as costing every message. Where the conditions fail the topology says None and every message is costed."""
@@ -93,6 +93,18 @@ def test_a_split_pod_really_moves_rails_apart():
     assert not all(moved_by_one_step_per_level(j) for j in range(c.R))
 
 
+def _arrays(rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(originals, copies, rail 0's) of RailRows: the rail-0 message each copy copies, the copies, rail 0's."""
+    index = rows.index if rows.index is not None else rows.laid(np.arange(rows.hi, dtype=np.int64))
+    return np.repeat(index[:, 0], rows.R - 1), index[:, 1:].ravel(), index[:, 0].copy()
+
+
+def _rail_copies(topo, src, dst, fields, receiver_fields, between):
+    """replicas.rail_rows as index arrays (_arrays), or None."""
+    rows = replicas.rail_rows(topo, src, dst, fields, receiver_fields, between)
+    return None if rows is None else _arrays(rows)
+
+
 def _figures(r) -> tuple:
     return (r.time, [p.time for p in r.phases], r.tier_bytes, r.max_link_utilization, r.bottleneck, r.protocol)
 
@@ -164,7 +176,7 @@ def test_a_rail_that_differs_keeps_every_message():
     dst = (d0[:, None] + np.arange(R)).ravel()
     units, lag = np.ones(src.size), np.zeros(src.size, np.int64)
     between = np.arange(src.size)
-    originals, copies, rail0 = replicas.rail_copies(c, src, dst, (units, lag), (), between)
+    originals, copies, rail0 = _rail_copies(c, src, dst, (units, lag), (), between)
     assert np.array_equal(copies, between[src % R > 0]) and np.array_equal(rail0, between[src % R == 0])
     assert np.array_equal(src[originals], src[copies] - copies % R)
     # the same messages with one inside a domain among them (the messages between domains no longer one range):
@@ -172,19 +184,19 @@ def test_a_rail_that_differs_keeps_every_message():
     inside = s0.size // 2 * R
     src2, dst2 = np.insert(src, inside, 1), np.insert(dst, inside, 2)
     between2 = np.r_[between[:inside], between[inside:] + 1]
-    general = replicas.rail_copies(c, src2, dst2, (np.ones(src2.size), np.zeros(src2.size, np.int64)), (), between2)
+    general = _rail_copies(c, src2, dst2, (np.ones(src2.size), np.zeros(src2.size, np.int64)), (), between2)
     moved = [np.where(x >= inside, x - 1, x) for x in general]
     assert all(np.array_equal(a, b) for a, b in zip(moved, (originals, copies, rail0), strict=True))
     more = units.copy()
     more[R + 3] = 2.0  # one copy carries more chunks than its original
-    assert replicas.rail_copies(c, src, dst, (more, lag), (), between) is None
+    assert _rail_copies(c, src, dst, (more, lag), (), between) is None
     reduced = np.zeros(c.num_nodes)
     reduced[dst[5]] = 1.0  # one copy's receiver reduces what its original's does not
-    assert replicas.rail_copies(c, src, dst, (units, lag), (reduced,), between) is None
-    assert replicas.rail_copies(c, src[:-1], dst[:-1], (units[:-1], lag[:-1]), (), between[:-1]) is None
+    assert _rail_copies(c, src, dst, (units, lag), (reduced,), between) is None
+    assert _rail_copies(c, src[:-1], dst[:-1], (units[:-1], lag[:-1]), (), between[:-1]) is None
     cross = dst.copy()
     cross[R + 1] += 1  # a message between rails
-    assert replicas.rail_copies(c, src, cross, (units, lag), (), between) is None
+    assert _rail_copies(c, src, cross, (units, lag), (), between) is None
 
 
 @pytest.mark.parametrize("make", [lambda: T.cluster(domains=20, gpus_per_domain=4, radix=8),  # 3 levels
@@ -216,25 +228,25 @@ def test_sharp_messages_that_differ_keep_every_message():
     dst = np.array([leaf_of[int(r)] for r in src])
     units, lag, between = np.ones(src.size), np.zeros(src.size, np.int64), np.arange(src.size)
     R = c.R
-    originals, copies, rail0 = replicas.rail_copies(c, src, dst, (units, lag), (), between)
+    originals, copies, rail0 = _rail_copies(c, src, dst, (units, lag), (), between)
     assert np.array_equal(rail0, between[::R]) and np.array_equal(copies, between[src % R > 0])
     assert np.array_equal(src[originals], src[copies] - copies % R)
     # both ways: the descent's messages from the leaves to the ranks
-    assert replicas.rail_copies(c, dst, src, (units, lag), (), between) is not None
+    assert _rail_copies(c, dst, src, (units, lag), (), between) is not None
     more = units.copy()
     more[R + 3] = 2.0
-    assert replicas.rail_copies(c, src, dst, (more, lag), (), between) is None
+    assert _rail_copies(c, src, dst, (more, lag), (), between) is None
     reduced = np.zeros(c.num_nodes)
     reduced[dst[5]] = 1.0
-    assert replicas.rail_copies(c, src, dst, (units, lag), (reduced,), between) is None
+    assert _rail_copies(c, src, dst, (units, lag), (reduced,), between) is None
     shared = dst.copy()
     shared[1] = dst[0]  # rail 1's rank into rail 0's leaf
-    assert replicas.rail_copies(c, src, shared, (units, lag), (), between) is None
+    assert _rail_copies(c, src, shared, (units, lag), (), between) is None
     rows = dst.reshape(-1, R)
     last = int(np.flatnonzero(rows[:, 0] != rows[0, 0])[0])  # the first row at another leaf
     merged = rows.copy()
     merged[last, 1:] = rows[0, 1:]  # two leaves of rail 0 with the same leaves on the other rails
-    assert replicas.rail_copies(c, src, merged.ravel(), (units, lag), (), between) is None
+    assert _rail_copies(c, src, merged.ravel(), (units, lag), (), between) is None
 
 
 @pytest.mark.parametrize("rails_last", [True, False])
@@ -248,7 +260,7 @@ def test_rail_rows_of_a_range_read_it_in_place(rails_last):
     x = np.arange(40) * 10
     assert np.array_equal(in_place.laid(x), gathered.laid(x)) and in_place.rows == gathered.rows == rows
     assert np.array_equal(in_place.rail0, gathered.rail0)
-    assert all(np.array_equal(a, b) for a, b in zip(in_place.arrays(), gathered.arrays(), strict=True))
+    assert all(np.array_equal(a, b) for a, b in zip(_arrays(in_place), _arrays(gathered), strict=True))
     for value in (None, -1):
         a, b = x.copy(), x.copy()
         in_place.set_copies(a, value)
@@ -312,6 +324,6 @@ def test_sharp_copies_on_another_leaf_raise_as_costing_them_would():
     dst = c.leaf_of(src).reshape(-1, c.R)
     moved = dst[:, [0, 1, 3, 2]]
     units, lag, between = np.ones(src.size), np.zeros(src.size, np.int64), np.arange(src.size)
-    assert replicas.rail_copies(c, src, dst.ravel(), (units, lag), (), between) is not None
+    assert _rail_copies(c, src, dst.ravel(), (units, lag), (), between) is not None
     with pytest.raises(ValueError, match="no link joins"):
-        replicas.rail_copies(c, src, moved.ravel(), (units, lag), (), between)
+        _rail_copies(c, src, moved.ravel(), (units, lag), (), between)
